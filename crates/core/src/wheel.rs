@@ -51,8 +51,6 @@ pub struct Wheel<T> {
     /// Generation given to entries pushed onto the slab. Raised above every generation a
     /// discarded entry had (by `clear`, `drain`, `shrink_to_fit`) so old keys stay dead.
     fresh_gen: u32,
-    /// Reused buffer for sorting a slot (see `level.rs`).
-    scratch: Vec<u32>,
 }
 
 /// Start generations of different wheels far apart, so a key from one wheel is not taken for
@@ -120,7 +118,6 @@ impl<T> Wheel<T> {
             nonempty: 0,
             levels: Box::new([Level::EMPTY; NUM_LEVELS]),
             fresh_gen: wheel_seed(),
-            scratch: Vec::new(),
         }
     }
 
@@ -453,7 +450,6 @@ impl<T> Wheel<T> {
         }
         self.entries.truncate(keep);
         self.entries.shrink_to_fit();
-        self.scratch = Vec::new();
         // Rebuild the free list over the vacant entries that remain.
         self.free = NIL;
         for (index, entry) in self.entries.iter_mut().enumerate().rev() {
@@ -639,34 +635,80 @@ impl<T> Wheel<T> {
     }
 
     /// Stable-sorts the list of `slot` at `level` by deadline and makes its minimum exact.
+    ///
+    /// A bottom-up merge sort of the linked list itself (Simon Tatham's): O(k log k), stable,
+    /// and no memory beyond the list, so a repair never allocates.
     #[cold]
     fn sort_slot(&mut self, level: usize, slot: usize) {
-        let mut order = mem::take(&mut self.scratch);
-        order.clear();
-        let mut index = self.levels[level].lists[slot].head;
-        while index != NIL {
-            order.push(index);
-            index = self.entries[index as usize].node().next;
-        }
-        // Stable: equal deadlines keep their insertion order.
-        order.sort_by_key(|&i| self.entries[i as usize].node().deadline);
-        let mut prev = NIL;
-        for (pos, &i) in order.iter().enumerate() {
-            let node = self.entries[i as usize].node_mut();
-            node.prev = prev;
-            node.next = order.get(pos + 1).copied().unwrap_or(NIL);
-            prev = i;
-        }
-        let lvl = &mut self.levels[level];
-        lvl.lists[slot] = List {
-            head: order[0],
-            tail: prev,
+        let mut list = self.levels[level].lists[slot].head;
+        let mut run = 1usize;
+        let tail = loop {
+            let mut p = list;
+            list = NIL;
+            let mut tail = NIL;
+            let mut merges = 0;
+            while p != NIL {
+                merges += 1;
+                // Run `p` has up to `run` entries; run `q` starts right after it.
+                let mut q = p;
+                let mut p_len = 0;
+                while p_len < run && q != NIL {
+                    p_len += 1;
+                    q = self.entries[q as usize].node().next;
+                }
+                let mut q_len = run;
+                while p_len > 0 || (q_len > 0 && q != NIL) {
+                    let take_p = if p_len == 0 {
+                        false
+                    } else if q_len == 0 || q == NIL {
+                        true
+                    } else {
+                        // `<=`: on equal deadlines the earlier run goes first (stability).
+                        self.entries[p as usize].node().deadline
+                            <= self.entries[q as usize].node().deadline
+                    };
+                    let e = if take_p {
+                        let e = p;
+                        p = self.entries[p as usize].node().next;
+                        p_len -= 1;
+                        e
+                    } else {
+                        let e = q;
+                        q = self.entries[q as usize].node().next;
+                        q_len -= 1;
+                        e
+                    };
+                    if tail == NIL {
+                        list = e;
+                    } else {
+                        self.entries[tail as usize].node_mut().next = e;
+                    }
+                    tail = e;
+                }
+                p = q;
+            }
+            self.entries[tail as usize].node_mut().next = NIL;
+            if merges <= 1 {
+                break tail;
+            }
+            run *= 2;
         };
-        lvl.min[slot] = self.entries[order[0] as usize].node().deadline;
+        // Restore the back links.
+        let mut prev = NIL;
+        let mut index = list;
+        while index != NIL {
+            let node = self.entries[index as usize].node_mut();
+            node.prev = prev;
+            prev = index;
+            index = node.next;
+        }
+        let min = self.entries[list as usize].node().deadline;
+        let lvl = &mut self.levels[level];
+        lvl.lists[slot] = List { head: list, tail };
+        lvl.min[slot] = min;
         let bit = !(1u64 << slot);
         lvl.stale &= bit;
         lvl.unsorted &= bit;
-        self.scratch = order;
     }
 
     /// Empties the lists and makes sure no key issued so far can name an entry pushed later.

@@ -1,1 +1,7 @@
-//! placeholder
+//! Test support for tickwheel: reference models and the runners that compare our data
+//! structures with them. Used by the property tests, the fuzz targets and the checked-in
+//! fuzz seeds, so that each check is written once.
+
+mod wheel_model;
+
+pub use wheel_model::{decode_wheel_ops, run_wheel_ops, WheelOp};

@@ -1,0 +1,227 @@
+//! Behaviour of `Wheel` at the edges: the end of time, huge jumps, ties across levels,
+//! stale and foreign keys, and the bulk operations.
+
+use tickwheel_core::{TimerKey, Wheel};
+
+fn drain_at(wheel: &mut Wheel<&'static str>, now: u64) -> Vec<(u64, &'static str)> {
+    let mut out = Vec::new();
+    while let Some((_, v)) = wheel.poll(now) {
+        out.push((wheel.now(), v));
+    }
+    out
+}
+
+#[test]
+fn the_end_of_time_is_a_valid_deadline() {
+    let mut wheel = Wheel::new();
+    wheel.insert(u64::MAX, "last");
+    wheel.insert(u64::MAX - 1, "second to last");
+    assert_eq!(wheel.next_deadline(), Some(u64::MAX - 1));
+    assert_eq!(drain_at(&mut wheel, u64::MAX - 2), []);
+    assert_eq!(
+        drain_at(&mut wheel, u64::MAX),
+        [(u64::MAX - 1, "second to last"), (u64::MAX, "last")]
+    );
+    // The clock can sit at u64::MAX and still take timers: they fire at once.
+    wheel.insert(5, "past");
+    assert_eq!(drain_at(&mut wheel, 0), [(u64::MAX, "past")]);
+}
+
+#[test]
+fn a_century_in_milliseconds_is_neither_early_nor_lost() {
+    let century = 100 * 365 * 86_400_000u64;
+    let mut wheel = Wheel::new();
+    wheel.insert(century, "reminder");
+    for step in 1..=1000u64 {
+        // Jumps of a tenth of a year each: nothing fires early.
+        assert_eq!(drain_at(&mut wheel, step * century / 1000 - 1), []);
+    }
+    assert_eq!(drain_at(&mut wheel, century), [(century, "reminder")]);
+}
+
+#[test]
+fn jumping_years_over_an_empty_stretch() {
+    let mut wheel = Wheel::new();
+    wheel.insert(10, "soon");
+    wheel.insert(10 * 365 * 86_400_000, "in ten years");
+    assert_eq!(drain_at(&mut wheel, 3_000 * 86_400_000)[..], [(10, "soon")]);
+    assert_eq!(wheel.next_deadline(), Some(10 * 365 * 86_400_000));
+    assert_eq!(
+        drain_at(&mut wheel, u64::MAX),
+        [(10 * 365 * 86_400_000, "in ten years")]
+    );
+}
+
+#[test]
+fn equal_deadlines_keep_insertion_order_across_levels() {
+    let mut wheel = Wheel::new();
+    let deadline = 1_000_000;
+    wheel.insert(deadline, "a: filed high up");
+    assert_eq!(drain_at(&mut wheel, 990_000), []);
+    wheel.insert(deadline, "b: filed lower");
+    assert_eq!(drain_at(&mut wheel, 999_990), []);
+    wheel.insert(deadline, "c: filed at level 0");
+    let late = wheel.insert(deadline - 5, "d: reset to the same deadline");
+    assert!(wheel.reset(late, deadline));
+    assert_eq!(
+        drain_at(&mut wheel, deadline)
+            .into_iter()
+            .map(|(_, v)| &v[..1])
+            .collect::<String>(),
+        "abcd"
+    );
+}
+
+#[test]
+fn past_deadlines_fire_at_the_next_poll_in_insertion_order() {
+    let mut wheel = Wheel::starting_at(500);
+    wheel.insert(499, "x");
+    wheel.insert(0, "y");
+    wheel.insert(500, "z");
+    assert_eq!(wheel.next_deadline(), Some(500));
+    assert_eq!(
+        drain_at(&mut wheel, 0),
+        [(500, "x"), (500, "y"), (500, "z")]
+    );
+}
+
+#[test]
+fn timers_inserted_between_polls_of_one_round_fire_in_order() {
+    let mut wheel = Wheel::new();
+    wheel.insert(10, "a");
+    wheel.insert(30, "c");
+    assert_eq!(wheel.poll(100).map(|(_, v)| v), Some("a"));
+    assert_eq!(wheel.now(), 10);
+    // A callback reschedules itself between two polls: it lands in order.
+    wheel.insert(20, "b");
+    wheel.insert(5, "already due");
+    assert_eq!(
+        drain_at(&mut wheel, 100),
+        [(10, "already due"), (20, "b"), (30, "c")]
+    );
+    assert_eq!(wheel.now(), 100);
+}
+
+#[test]
+fn stale_keys_are_inert_after_reuse() {
+    let mut wheel = Wheel::new();
+    let old = wheel.insert(5, "old");
+    assert_eq!(wheel.remove(old), Some("old"));
+    let new = wheel.insert(6, "new"); // reuses the slab entry
+    assert_ne!(old, new);
+    assert_eq!(wheel.remove(old), None);
+    assert!(!wheel.reset(old, 100));
+    assert_eq!(wheel.get(old), None);
+    assert_eq!(wheel.deadline(new), Some(6));
+    // A fired timer's key is stale too.
+    assert_eq!(wheel.poll(6), Some((new, "new")));
+    assert!(!wheel.contains(new));
+}
+
+#[test]
+fn keys_from_another_wheel_do_not_match() {
+    let mut a = Wheel::new();
+    let mut b = Wheel::new();
+    let key_a = a.insert(5, "a");
+    let key_b = b.insert(5, "b");
+    assert_ne!(key_a, key_b, "wheels start their generations apart");
+    assert_eq!(a.remove(key_b), None);
+    assert_eq!(b.remove(key_a), None);
+    // Forged keys: out of range, or any bits at all.
+    for raw in [u64::MAX, 0, 1 << 32, 12345] {
+        let forged = TimerKey::from_u64(raw);
+        if forged != key_a {
+            assert_eq!(a.remove(forged), None);
+        }
+    }
+    assert_eq!(a.len(), 1);
+}
+
+#[test]
+fn clear_and_drain_kill_old_keys() {
+    let mut wheel = Wheel::new();
+    let k1 = wheel.insert(5, "one");
+    wheel.clear();
+    assert!(wheel.is_empty());
+    assert_eq!(wheel.next_deadline(), None);
+    let k2 = wheel.insert(7, "two");
+    assert!(!wheel.contains(k1));
+    assert_ne!(k1, k2);
+    let drained: Vec<_> = wheel.drain().collect();
+    assert_eq!(drained, [(k2, 7, "two")]);
+    let k3 = wheel.insert(9, "three");
+    assert!(!wheel.contains(k2));
+    assert_eq!(wheel.remove(k3), Some("three"));
+}
+
+#[test]
+fn shrink_keeps_live_keys_and_frees_the_tail() {
+    let mut wheel = Wheel::new();
+    let keys: Vec<_> = (0..1000u64).map(|i| wheel.insert(i * 100, i)).collect();
+    for &key in &keys[10..] {
+        wheel.remove(key);
+    }
+    wheel.shrink_to_fit();
+    assert!(wheel.capacity() < 100, "capacity {}", wheel.capacity());
+    for (i, &key) in keys[..10].iter().enumerate() {
+        assert_eq!(wheel.get(key), Some(&(i as u64)));
+    }
+    for &key in &keys[10..] {
+        assert!(!wheel.contains(key));
+    }
+    let fresh: Vec<_> = (0..990u64).map(|i| wheel.insert(i, i)).collect();
+    for key in &keys[10..] {
+        assert!(!fresh.contains(key), "a key issued before shrink came back");
+    }
+}
+
+#[test]
+fn iterators_and_collection_traits() {
+    let mut wheel: Wheel<u32> = [(3, 30), (1, 10), (2, 20)].into_iter().collect();
+    wheel.extend([(4, 40)]);
+    assert_eq!(wheel.iter().len(), 4);
+    for (_, deadline, value) in wheel.iter_mut() {
+        *value += deadline as u32;
+    }
+    let mut seen: Vec<_> = (&wheel).into_iter().map(|(_, d, v)| (d, *v)).collect();
+    seen.sort_unstable();
+    assert_eq!(seen, [(1, 11), (2, 22), (3, 33), (4, 44)]);
+    let copy = wheel.clone();
+    assert_eq!(copy.len(), 4);
+    let text = format!("{wheel:?}");
+    assert!(
+        text.contains("len: 4") && text.contains("next_deadline: Some(1)"),
+        "{text}"
+    );
+    let default: Wheel<()> = Wheel::default();
+    assert!(default.is_empty());
+}
+
+#[test]
+fn cancelling_earliest_in_deadline_order_stays_exact() {
+    // Request timeouts completed in order: each cancel removes the earliest timer of a
+    // sorted higher-level slot.
+    let mut wheel = Wheel::new();
+    let keys: Vec<_> = (0..5000u64).map(|i| wheel.insert(30_000 + i, i)).collect();
+    for (i, &key) in keys.iter().enumerate() {
+        assert_eq!(wheel.next_deadline(), Some(30_000 + i as u64));
+        assert_eq!(wheel.remove(key), Some(i as u64));
+    }
+    assert_eq!(wheel.next_deadline(), None);
+}
+
+#[test]
+fn cancelling_earliest_of_an_unsorted_slot_stays_exact() {
+    let mut wheel = Wheel::new();
+    let mut keys: Vec<_> = (0..4000u64)
+        .map(|i| {
+            let deadline = 70_000 + (i * 7919) % 4000;
+            (deadline, wheel.insert(deadline, i))
+        })
+        .collect();
+    keys.sort_unstable();
+    for (deadline, key) in keys {
+        assert_eq!(wheel.next_deadline(), Some(deadline));
+        assert!(wheel.remove(key).is_some());
+    }
+}

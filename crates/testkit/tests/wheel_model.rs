@@ -1,0 +1,79 @@
+//! Property test: `tickwheel_core::Wheel` against the `BTreeMap` reference model.
+
+use proptest::prelude::*;
+use tickwheel_testkit::{run_wheel_ops, WheelOp};
+
+/// Distances from the clock: within a slot, within a level, across levels, and huge.
+fn delta_strategy() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        4 => 0u64..70,
+        3 => 0u64..5_000,
+        2 => 0u64..300_000,
+        1 => 0u64..(1 << 40),
+        1 => any::<u64>(),
+        1 => (0u64..64).prop_map(|d| u64::MAX - d),
+    ]
+}
+
+/// Absolute ticks: the past, the far future, the end of time.
+fn absolute_strategy() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        0u64..200,
+        any::<u64>(),
+        (0u64..64).prop_map(|d| u64::MAX - d),
+    ]
+}
+
+fn op_strategy() -> impl Strategy<Value = WheelOp> {
+    let pick = any::<usize>();
+    prop_oneof![
+        8 => delta_strategy().prop_map(WheelOp::InsertIn),
+        1 => absolute_strategy().prop_map(WheelOp::InsertAt),
+        4 => pick.prop_map(WheelOp::Remove),
+        2 => (pick, delta_strategy()).prop_map(|(p, d)| WheelOp::Reset(p, d)),
+        1 => (pick, absolute_strategy()).prop_map(|(p, d)| WheelOp::ResetAt(p, d)),
+        3 => delta_strategy().prop_map(WheelOp::Advance),
+        1 => absolute_strategy().prop_map(WheelOp::AdvanceTo),
+        2 => (0u64..100).prop_map(WheelOp::PollOnce),
+        1 => any::<u64>().prop_map(WheelOp::Forged),
+        1 => Just(WheelOp::Check),
+        1 => Just(WheelOp::Shrink),
+        1 => prop_oneof![9 => Just(WheelOp::Check), 1 => Just(WheelOp::Clear)],
+    ]
+}
+
+fn start_strategy() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        Just(0u64),
+        any::<u64>(),
+        (0u64..1000).prop_map(|d| u64::MAX - d)
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn wheel_matches_model(start in start_strategy(), ops in prop::collection::vec(op_strategy(), 0..300)) {
+        let verdict = run_wheel_ops(start, &ops);
+        prop_assert!(verdict.is_ok(), "{}", verdict.unwrap_err());
+    }
+}
+
+/// Many timers in few slots, removed in deadline order: exercises the stale-minimum repair
+/// of a higher-level slot (`level.rs`).
+#[test]
+fn removing_minimums_of_an_unsorted_slot() {
+    let mut ops = Vec::new();
+    for i in 0..200u64 {
+        // Out of order within one level-1 slot.
+        ops.push(WheelOp::InsertIn(100 + (i * 37) % 60));
+    }
+    for i in 0..200 {
+        ops.push(WheelOp::Remove(i * 7 % 200));
+        if i % 10 == 0 {
+            ops.push(WheelOp::InsertIn(101 + i as u64 % 50));
+        }
+    }
+    run_wheel_ops(0, &ops).expect("model agrees");
+}
