@@ -55,8 +55,7 @@ proptest! {
 
     #[test]
     fn wheel_matches_model(start in start_strategy(), ops in prop::collection::vec(op_strategy(), 0..300)) {
-        let verdict = run_wheel_ops(start, &ops);
-        prop_assert!(verdict.is_ok(), "{}", verdict.unwrap_err());
+        run_wheel_ops(start, &ops).map_err(TestCaseError::fail)?;
     }
 }
 
