@@ -15,10 +15,13 @@
 //!   unlinking: no extra cache miss); removing the minimum of an unsorted list marks the slot
 //!   *stale*: `min` is then only a lower bound.
 //!
-//! The wheel repairs a stale slot (a stable sort of its list, after which it is sorted and
-//! exact) only when it becomes the wheel's earliest slot, so a stale slot costs nothing
-//! until its minimum is asked for, and a slot whose timers are cancelled in deadline order
-//! (request timeouts completed in order) stays sorted and never needs repair.
+//! The wheel repairs a stale slot only when it is the wheel's earliest slot, so a stale slot
+//! costs nothing until its minimum is needed. The first repair scans the list for its
+//! minimum; a second repair of the same slot sorts the list (stable, in place), after which
+//! it is sorted and exact. So a slot whose timers are cancelled at random pays one scan, and
+//! a slot whose timers are cancelled in deadline order (request timeouts completed in order)
+//! pays one sort and then O(1) per cancel; a slot filled in deadline order never needs
+//! repair at all.
 
 use crate::entry::NIL;
 use crate::tick::{Tick, SLOTS};
@@ -45,6 +48,8 @@ pub(crate) struct Level {
     pub(crate) unsorted: u64,
     /// Bit `s` set: `min[s]` is only a lower bound of slot `s`'s deadlines.
     pub(crate) stale: u64,
+    /// Bit `s` set: slot `s` was repaired by a scan since it last became sorted or empty.
+    pub(crate) scanned: u64,
     pub(crate) lists: [List; SLOTS],
     /// Earliest deadline in each slot, exact unless the slot is stale. Meaningless when empty.
     pub(crate) min: [Tick; SLOTS],
@@ -55,6 +60,7 @@ impl Level {
         occupied: 0,
         unsorted: 0,
         stale: 0,
+        scanned: 0,
         lists: [List::EMPTY; SLOTS],
         min: [0; SLOTS],
     };
@@ -71,6 +77,7 @@ impl Level {
         self.occupied &= bit;
         self.unsorted &= bit;
         self.stale &= bit;
+        self.scanned &= bit;
         self.lists[slot] = List::EMPTY;
     }
 }

@@ -513,6 +513,7 @@ impl<T> Wheel<T> {
             lvl.occupied |= bit;
             lvl.unsorted &= !bit;
             lvl.stale &= !bit;
+            lvl.scanned &= !bit;
             lvl.min[slot] = deadline;
             self.nonempty |= 1 << level;
             let node = self.entries[index as usize].node_mut();
@@ -619,8 +620,13 @@ impl<T> Wheel<T> {
     }
 
     /// Keeps [`next_deadline`](Self::next_deadline) exact: if the earliest slot is above
-    /// level 0 and its minimum went stale, sort that slot. Called after every operation that
-    /// can remove a slot's minimum or change which slot is earliest.
+    /// level 0 and its minimum went stale, repair it. Called after every operation that can
+    /// remove a slot's minimum or change which slot is earliest.
+    ///
+    /// The first repair of a slot is a scan for its minimum (O(k), the list stays as it is);
+    /// a second one before the slot empties sorts it (O(k log k)), after which removing its
+    /// minimums in order is O(1). A slot whose timers are cancelled at random pays one scan
+    /// at most; one whose timers are cancelled in deadline order pays one sort.
     #[inline]
     fn repair_front(&mut self) {
         if self.nonempty & 1 != 0 {
@@ -629,9 +635,32 @@ impl<T> Wheel<T> {
         let Some((level, slot)) = self.front() else {
             return;
         };
-        if self.levels[level].stale & (1 << slot) != 0 {
+        let bit = 1u64 << slot;
+        let lvl = &self.levels[level];
+        if lvl.stale & bit == 0 {
+            return;
+        }
+        if lvl.scanned & bit == 0 {
+            self.scan_slot(level, slot);
+        } else {
             self.sort_slot(level, slot);
         }
+    }
+
+    /// Recomputes the exact minimum of `slot` at `level` by walking its list.
+    #[cold]
+    fn scan_slot(&mut self, level: usize, slot: usize) {
+        let mut index = self.levels[level].lists[slot].head;
+        let mut min = Tick::MAX;
+        while index != NIL {
+            let node = self.entries[index as usize].node();
+            min = min.min(node.deadline);
+            index = node.next;
+        }
+        let lvl = &mut self.levels[level];
+        lvl.min[slot] = min;
+        lvl.stale &= !(1u64 << slot);
+        lvl.scanned |= 1u64 << slot;
     }
 
     /// Stable-sorts the list of `slot` at `level` by deadline and makes its minimum exact.
@@ -709,6 +738,7 @@ impl<T> Wheel<T> {
         let bit = !(1u64 << slot);
         lvl.stale &= bit;
         lvl.unsorted &= bit;
+        lvl.scanned &= bit;
     }
 
     /// Empties the lists and makes sure no key issued so far can name an entry pushed later.
