@@ -1,0 +1,1 @@
+//! tickwheel-queue (in progress)

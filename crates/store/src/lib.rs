@@ -1,0 +1,1 @@
+//! tickwheel-store (in progress)
