@@ -1,0 +1,85 @@
+//! A tube: its ready queue, delayed and buried jobs, waiting clients and counters.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tickwheel_core::TimerKey;
+
+use crate::types::{ClientId, JobId, Millis, TubeName, URGENT_PRIORITY};
+
+/// Index of a tube in the engine's tube table.
+pub(crate) type TubeId = u32;
+
+pub(crate) struct Tube {
+    pub(crate) name: TubeName,
+    /// Ready jobs by `(priority, id)`: the first is the next to reserve (beanstalkd order).
+    pub(crate) ready: BTreeSet<(u32, JobId)>,
+    /// Ready jobs with priority below [`URGENT_PRIORITY`].
+    pub(crate) urgent: u64,
+    /// Delayed jobs by `(until, id)`: for `peek-delayed` and `kick`, earliest first.
+    pub(crate) delayed: BTreeSet<(Millis, JobId)>,
+    /// Buried jobs in bury order (a FIFO keyed by a sequence number).
+    pub(crate) buried: BTreeMap<u64, JobId>,
+    pub(crate) reserved: u64,
+    pub(crate) using: u64,
+    pub(crate) watching: u64,
+    /// Clients waiting in `reserve` while watching this tube, in arrival order.
+    pub(crate) waiters: BTreeMap<u64, ClientId>,
+    pub(crate) total_jobs: u64,
+    pub(crate) cmd_delete: u64,
+    pub(crate) cmd_pause_tube: u64,
+    /// The last `pause-tube` delay, and the pause in force.
+    pub(crate) pause: Millis,
+    pub(crate) paused: Option<Pause>,
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct Pause {
+    pub(crate) until: Millis,
+    pub(crate) timer: TimerKey,
+}
+
+impl Tube {
+    pub(crate) fn new(name: TubeName) -> Tube {
+        Tube {
+            name,
+            ready: BTreeSet::new(),
+            urgent: 0,
+            delayed: BTreeSet::new(),
+            buried: BTreeMap::new(),
+            reserved: 0,
+            using: 0,
+            watching: 0,
+            waiters: BTreeMap::new(),
+            total_jobs: 0,
+            cmd_delete: 0,
+            cmd_pause_tube: 0,
+            pause: 0,
+            paused: None,
+        }
+    }
+
+    pub(crate) fn add_ready(&mut self, priority: u32, id: JobId) {
+        self.ready.insert((priority, id));
+        if priority < URGENT_PRIORITY {
+            self.urgent += 1;
+        }
+    }
+
+    pub(crate) fn remove_ready(&mut self, priority: u32, id: JobId) {
+        if self.ready.remove(&(priority, id)) && priority < URGENT_PRIORITY {
+            self.urgent -= 1;
+        }
+    }
+
+    /// No job of any kind and nobody referring to it: the tube can go.
+    pub(crate) fn is_unused(&self) -> bool {
+        self.ready.is_empty()
+            && self.delayed.is_empty()
+            && self.buried.is_empty()
+            && self.reserved == 0
+            && self.using == 0
+            && self.watching == 0
+            && self.waiters.is_empty()
+            && self.paused.is_none()
+    }
+}

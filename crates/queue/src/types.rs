@@ -1,0 +1,269 @@
+//! The vocabulary of the engine: ids, job states, what an operation tells the caller, and the
+//! durable changes it asks the caller to persist.
+
+use core::fmt;
+
+use bytes::Bytes;
+
+/// A job id: unique for the life of the data directory, never reused.
+pub type JobId = u64;
+
+/// Milliseconds on the engine's clock (the caller's monotonic or wall clock).
+pub type Millis = u64;
+
+/// Names one client (a connection) of the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClientId(pub u64);
+
+/// Priorities below this count as "urgent" in the stats (`current-jobs-urgent`).
+pub const URGENT_PRIORITY: u32 = 1024;
+
+/// How long before a reservation expires its owner is warned (`DEADLINE_SOON`): beanstalkd's
+/// one-second safety margin.
+pub const SAFETY_MARGIN_MS: Millis = 1000;
+
+/// The state of a job (beanstalkd's four states).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum JobState {
+    /// Waiting for its delay to pass.
+    Delayed,
+    /// Ready to be reserved.
+    Ready,
+    /// Handed to a worker, who must delete, release, bury or touch it within its TTR.
+    Reserved,
+    /// Parked until kicked (a dead-letter list).
+    Buried,
+}
+
+impl JobState {
+    /// The word beanstalkd uses in `stats-job`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Delayed => "delayed",
+            JobState::Ready => "ready",
+            JobState::Reserved => "reserved",
+            JobState::Buried => "buried",
+        }
+    }
+}
+
+/// A job as handed to a client: its id and body (a cheap reference-counted clone).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobView {
+    /// The job id.
+    pub id: JobId,
+    /// The job body, byte for byte as it was put.
+    pub body: Bytes,
+}
+
+/// Something that happened to a waiting client outside of its own command: the reply to a
+/// `reserve` that was waiting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The client's waiting reserve got a job.
+    Reserved {
+        /// Who was waiting.
+        client: ClientId,
+        /// The job it now holds.
+        job: JobView,
+    },
+    /// The client's reserve-with-timeout ran out.
+    TimedOut {
+        /// Who was waiting.
+        client: ClientId,
+    },
+    /// A job the waiting client holds entered its last second: `DEADLINE_SOON`.
+    DeadlineSoon {
+        /// Who was waiting.
+        client: ClientId,
+    },
+}
+
+/// What `reserve` answers at once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reserve {
+    /// A job was reserved.
+    Job(JobView),
+    /// The client holds a job in its last second and nothing is ready: `DEADLINE_SOON`.
+    DeadlineSoon,
+    /// Nothing was ready and the timeout was zero: `TIMED_OUT`.
+    TimedOut,
+    /// The client now waits; the answer will come as an [`Event`].
+    Waiting,
+}
+
+/// Where a job is durably, as far as recovery is concerned. Reserved jobs are stored as
+/// ready: a reservation dies with its connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DurableState {
+    /// Ready (or reserved).
+    Ready,
+    /// Delayed until the given time.
+    Delayed {
+        /// When the job becomes ready.
+        until: Millis,
+    },
+    /// Buried.
+    Buried,
+}
+
+/// A job as persisted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobRecord {
+    /// The job id.
+    pub id: JobId,
+    /// The tube's name.
+    pub tube: String,
+    /// Priority: lower is more urgent.
+    pub priority: u32,
+    /// Time to run, in ms.
+    pub ttr: Millis,
+    /// Durable state.
+    pub state: DurableState,
+    /// Engine clock at put.
+    pub created: Millis,
+    /// The body.
+    pub body: Bytes,
+}
+
+/// A durable change an operation made. The caller must persist every change an operation
+/// produced before telling the client it succeeded (see [`Engine::take_changes`]).
+///
+/// [`Engine::take_changes`]: crate::Engine::take_changes
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// A new job.
+    Put(JobRecord),
+    /// A job's durable state or priority changed.
+    Update {
+        /// The job.
+        id: JobId,
+        /// Its new durable state.
+        state: DurableState,
+        /// Its priority.
+        priority: u32,
+    },
+    /// A job is gone.
+    Delete {
+        /// The job.
+        id: JobId,
+    },
+    /// Ids below `end` may be handed out: persist this so that ids are never reused.
+    ReserveIds {
+        /// The new exclusive upper bound of allocated ids.
+        end: JobId,
+    },
+}
+
+/// Why an operation on a job or tube did nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// No such job, or not in a state (or not held by this client) the operation needs:
+    /// beanstalkd's `NOT_FOUND`.
+    NotFound,
+    /// `ignore` of the only watched tube: `NOT_IGNORED`.
+    NotIgnored,
+    /// The server is draining and takes no new jobs: `DRAINING`.
+    Draining,
+    /// The body is larger than the configured maximum: `JOB_TOO_BIG`.
+    JobTooBig,
+    /// The id space is exhausted (2⁶⁴ jobs).
+    IdsExhausted,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Error::NotFound => "no such job, or not in a state that allows this",
+            Error::NotIgnored => "cannot ignore the only watched tube",
+            Error::Draining => "the server is draining and accepts no new jobs",
+            Error::JobTooBig => "the job body is larger than the maximum job size",
+            Error::IdsExhausted => "job ids are exhausted",
+        })
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// A tube name: 1 to 200 bytes of `A-Z a-z 0-9 - + / ; . $ _ ( )`, not starting with `-`
+/// (beanstalkd's rule).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TubeName(String);
+
+/// The longest tube name, in bytes.
+pub const MAX_TUBE_NAME: usize = 200;
+
+impl TubeName {
+    /// Checks `name` against beanstalkd's rule.
+    ///
+    /// # Errors
+    ///
+    /// [`BadTubeName`] if it is empty, longer than 200 bytes, starts with `-` or has a byte
+    /// outside the allowed set.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tickwheel_queue::TubeName;
+    /// assert!(TubeName::new("emails.high-priority").is_ok());
+    /// assert!(TubeName::new("-no").is_err());
+    /// assert!(TubeName::new("with space").is_err());
+    /// ```
+    pub fn new(name: &str) -> Result<TubeName, BadTubeName> {
+        let ok_byte = |b: u8| {
+            b.is_ascii_alphanumeric()
+                || matches!(
+                    b,
+                    b'-' | b'+' | b'/' | b';' | b'.' | b'$' | b'_' | b'(' | b')'
+                )
+        };
+        if name.is_empty()
+            || name.len() > MAX_TUBE_NAME
+            || name.starts_with('-')
+            || !name.bytes().all(ok_byte)
+        {
+            return Err(BadTubeName);
+        }
+        Ok(TubeName(name.to_owned()))
+    }
+
+    /// The name.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The tube every client uses and watches when it connects.
+    #[must_use]
+    pub fn default_tube() -> TubeName {
+        TubeName("default".to_owned())
+    }
+}
+
+impl fmt::Debug for TubeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for TubeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A tube name broke beanstalkd's naming rule (`BAD_FORMAT`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BadTubeName;
+
+impl fmt::Display for BadTubeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "a tube name is 1 to 200 bytes of A-Z a-z 0-9 - + / ; . $ _ ( ), not starting with '-'",
+        )
+    }
+}
+
+impl std::error::Error for BadTubeName {}
