@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use tickwheel_testkit::{decode_wheel_ops, run_wheel_ops};
 
 fn seeds(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds").join(target);
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/seeds")
+        .join(target);
     let mut out: Vec<_> = fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
         .map(|entry| {
@@ -24,7 +26,11 @@ fn seeds(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
 #[test]
 fn fuzz_seeds_wheel_ops() {
     let seeds = seeds("wheel_ops");
-    assert!(seeds.len() >= 10, "expected the checked-in seeds, found {}", seeds.len());
+    assert!(
+        seeds.len() >= 10,
+        "expected the checked-in seeds, found {}",
+        seeds.len()
+    );
     for (path, bytes) in seeds {
         let (start, ops) = decode_wheel_ops(&bytes);
         if let Err(report) = run_wheel_ops(start, &ops) {
