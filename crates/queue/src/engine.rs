@@ -98,6 +98,8 @@ pub struct Engine {
     draining: bool,
     events: Vec<Event>,
     changes: Vec<Change>,
+    /// Tubes that got ready jobs: their waiters are served when the operation completes.
+    to_serve: Vec<TubeId>,
     pub(crate) cmd: CmdCounters,
     total_jobs: u64,
     job_timeouts: u64,
@@ -122,6 +124,7 @@ impl Engine {
             draining: false,
             events: Vec::new(),
             changes: Vec::new(),
+            to_serve: Vec::new(),
             cmd: CmdCounters::default(),
             total_jobs: 0,
             job_timeouts: 0,
@@ -181,6 +184,7 @@ impl Engine {
                 }
             }
         }
+        engine.to_serve.clear(); // nobody is waiting yet
         engine.next_id = next_id.max(max_id + 1);
         engine.ids_end = engine.next_id;
         engine
@@ -203,17 +207,14 @@ impl Engine {
     /// expired reservations return to ready, waiting reserves time out or get jobs. Every
     /// operation calls it first, so a driver only needs it for timers.
     pub fn advance(&mut self, now: Millis) {
+        // Everything due at one instant happens before any waiter is served, so a waiter
+        // gets the most urgent of all the jobs that became ready at that instant.
         while let Some((_, timer)) = self.wheel.poll(now) {
             match timer {
                 Timer::Job(id) => self.job_timer(id),
                 Timer::Wait(client, seq) => {
-                    if self
-                        .clients
-                        .get(&client)
-                        .and_then(|c| c.waiting)
-                        .map(|w| w.seq)
-                        == Some(seq)
-                    {
+                    let waiting = self.clients.get(&client).and_then(|c| c.waiting);
+                    if waiting.map(|w| w.seq) == Some(seq) {
                         self.end_wait(client);
                         self.events.push(Event::TimedOut { client });
                     }
@@ -221,10 +222,23 @@ impl Engine {
                 Timer::Unpause(tube) => {
                     if let Some(t) = self.tubes[tube as usize].as_mut() {
                         t.paused = None;
-                        self.serve_waiters(tube);
-                        self.drop_if_unused(tube);
+                        self.to_serve.push(tube);
                     }
                 }
+            }
+            if self.wheel.next_deadline() != Some(self.wheel.now()) {
+                self.serve_deferred();
+            }
+        }
+        self.serve_deferred();
+    }
+
+    /// Serves the waiters of the tubes that got ready jobs (or unpaused) at this instant.
+    fn serve_deferred(&mut self) {
+        while let Some(tube) = self.to_serve.pop() {
+            if self.tubes[tube as usize].is_some() {
+                self.serve_waiters(tube);
+                self.drop_if_unused(tube);
             }
         }
     }
@@ -290,6 +304,7 @@ impl Engine {
             self.leave_state(id);
             self.enter_ready(id);
         }
+        self.serve_deferred();
         self.tube_mut(c.used).using -= 1;
         self.drop_if_unused(c.used);
         for tube in c.watched {
@@ -323,7 +338,15 @@ impl Engine {
         if !c.watched.contains(&tube) {
             c.watched.push(tube);
             let count = c.watched.len();
-            self.tube_mut(tube).watching += 1;
+            let waiting = c.waiting;
+            let t = self.tube_mut(tube);
+            t.watching += 1;
+            // The server never lets a waiting client send commands, but keep the engine
+            // consistent if a caller does: the wait now covers the new tube too.
+            if let Some(wait) = waiting {
+                t.waiters.insert(wait.seq, client);
+                self.serve_waiters(tube);
+            }
             return count;
         }
         let count = c.watched.len();
@@ -356,7 +379,12 @@ impl Engine {
         }
         let tube = c.watched.remove(pos);
         let count = c.watched.len();
-        self.tube_mut(tube).watching -= 1;
+        let waiting = c.waiting;
+        let t = self.tube_mut(tube);
+        t.watching -= 1;
+        if let Some(wait) = waiting {
+            t.waiters.remove(&wait.seq);
+        }
         self.drop_if_unused(tube);
         Ok(count)
     }
@@ -448,6 +476,7 @@ impl Engine {
         } else {
             self.enter_delayed(id, until);
         }
+        self.serve_deferred();
         Ok(id)
     }
 
@@ -582,6 +611,7 @@ impl Engine {
             });
             self.enter_delayed(id, until);
         }
+        self.serve_deferred();
         Ok(())
     }
 
@@ -647,6 +677,7 @@ impl Engine {
             self.kick_one(id);
             kicked += 1;
         }
+        self.serve_deferred();
         kicked
     }
 
@@ -661,6 +692,7 @@ impl Engine {
         match self.jobs.get(&id).map(|j| j.state) {
             Some(JobState::Buried | JobState::Delayed) => {
                 self.kick_one(id);
+                self.serve_deferred();
                 Ok(())
             }
             _ => Err(Error::NotFound),
@@ -715,11 +747,17 @@ impl Engine {
         if let Some(old) = self.tube_mut(tube).paused.take() {
             self.wheel.remove(old.timer);
         }
-        let timer = self.wheel.insert(until, Timer::Unpause(tube));
         let t = self.tube_mut(tube);
         t.cmd_pause_tube += 1;
         t.pause = delay;
-        t.paused = Some(Pause { until, timer });
+        if delay == 0 {
+            // A zero pause lifts any pause now.
+            self.serve_waiters(tube);
+            self.drop_if_unused(tube);
+            return Ok(());
+        }
+        let timer = self.wheel.insert(until, Timer::Unpause(tube));
+        self.tube_mut(tube).paused = Some(Pause { until, timer });
         Ok(())
     }
 
@@ -918,7 +956,9 @@ impl Engine {
         job.state = JobState::Ready;
         let (tube, priority) = (job.tube, job.priority);
         self.tube_mut(tube).add_ready(priority, id);
-        self.serve_waiters(tube);
+        // Waiters are served when the operation (or the instant) is complete, so that they
+        // get the most urgent of all the jobs it made ready.
+        self.to_serve.push(tube);
     }
 
     fn enter_delayed(&mut self, id: JobId, until: Millis) {

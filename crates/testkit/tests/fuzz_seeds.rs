@@ -5,7 +5,7 @@
 use std::fs;
 use std::path::PathBuf;
 
-use tickwheel_testkit::{decode_wheel_ops, run_wheel_ops};
+use tickwheel_testkit::{decode_queue_ops, decode_wheel_ops, run_queue_ops, run_wheel_ops};
 
 fn seeds(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -34,6 +34,21 @@ fn fuzz_seeds_wheel_ops() {
     for (path, bytes) in seeds {
         let (start, ops) = decode_wheel_ops(&bytes);
         if let Err(report) = run_wheel_ops(start, &ops) {
+            panic!("seed {} fails:\n{report}", path.display());
+        }
+    }
+}
+
+#[test]
+fn fuzz_seeds_queue_ops() {
+    let seeds = seeds("queue_ops");
+    assert!(
+        seeds.len() >= 10,
+        "expected the checked-in seeds, found {}",
+        seeds.len()
+    );
+    for (path, bytes) in seeds {
+        if let Err(report) = run_queue_ops(&decode_queue_ops(&bytes)) {
             panic!("seed {} fails:\n{report}", path.display());
         }
     }

@@ -1,0 +1,254 @@
+//! Named scenarios of beanstalkd semantics, beside the randomised rule checker in
+//! `tickwheel-testkit` (`run_queue_ops`).
+
+use bytes::Bytes;
+use tickwheel_queue::{
+    Change, ClientId, Config, DurableState, Engine, Error, Event, JobState, Reserve, TubeName,
+};
+
+const A: ClientId = ClientId(1);
+const B: ClientId = ClientId(2);
+
+fn engine() -> Engine {
+    let mut e = Engine::new(Config::default(), 0);
+    e.connect(A);
+    e.connect(B);
+    e
+}
+
+fn body(s: &str) -> Bytes {
+    Bytes::copy_from_slice(s.as_bytes())
+}
+
+fn tube(name: &str) -> TubeName {
+    TubeName::new(name).expect("valid name")
+}
+
+fn put(e: &mut Engine, now: u64, pri: u32, delay: u64, ttr: u64, text: &str) -> u64 {
+    e.put(now, A, pri, delay, ttr, body(text))
+        .expect("put accepted")
+}
+
+#[test]
+fn priority_then_id_order() {
+    let mut e = engine();
+    let low = put(&mut e, 0, 100, 0, 10_000, "low");
+    let urgent1 = put(&mut e, 0, 1, 0, 10_000, "u1");
+    let urgent2 = put(&mut e, 0, 1, 0, 10_000, "u2");
+    let order: Vec<_> = (0..3)
+        .map(|_| match e.reserve(0, B, Some(0)) {
+            Reserve::Job(job) => job.id,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(order, [urgent1, urgent2, low]);
+    assert_eq!(e.reserve(0, B, Some(0)), Reserve::TimedOut);
+    // Holding a job in its last second, the worker is told so instead.
+    e.advance(9_000);
+    assert_eq!(e.reserve(9_000, B, Some(0)), Reserve::DeadlineSoon);
+}
+
+#[test]
+fn ttr_expiry_returns_the_job_and_counts_a_timeout() {
+    let mut e = engine();
+    let id = put(&mut e, 0, 0, 0, 2_000, "x");
+    assert!(matches!(e.reserve(0, B, None), Reserve::Job(_)));
+    e.advance(1_999);
+    assert_eq!(e.job_state(id), Some(JobState::Reserved));
+    e.advance(2_000);
+    assert_eq!(e.job_state(id), Some(JobState::Ready));
+    let stats = e.job_stats(id).expect("job exists");
+    assert_eq!((stats.reserves, stats.timeouts), (1, 1));
+    assert_eq!(e.stats().job_timeouts, 1);
+    // The former holder cannot release it any more, but anyone may delete a ready job.
+    assert_eq!(e.release(2_000, B, id, 0, 0), Err(Error::NotFound));
+    assert_eq!(e.delete(2_000, B, id), Ok(()));
+}
+
+#[test]
+fn deadline_soon_reaches_a_waiting_worker() {
+    let mut e = engine();
+    put(&mut e, 0, 0, 0, 5_000, "x");
+    assert!(matches!(e.reserve(0, B, None), Reserve::Job(_)));
+    assert_eq!(e.reserve(100, B, None), Reserve::Waiting);
+    e.advance(3_999);
+    assert!(e.take_events().is_empty());
+    e.advance(4_000); // TTR 5 s: the last second starts at 4 s
+    assert_eq!(e.take_events(), [Event::DeadlineSoon { client: B }]);
+    // Asking again inside the margin answers at once.
+    assert_eq!(e.reserve(4_500, B, None), Reserve::DeadlineSoon);
+}
+
+#[test]
+fn reserve_with_timeout_times_out_exactly() {
+    let mut e = engine();
+    assert_eq!(e.reserve(0, B, Some(1_500)), Reserve::Waiting);
+    e.advance(1_499);
+    assert!(e.take_events().is_empty());
+    e.advance(1_500);
+    assert_eq!(e.take_events(), [Event::TimedOut { client: B }]);
+}
+
+#[test]
+fn waiters_are_served_first_come_first_served() {
+    let mut e = engine();
+    let c = ClientId(3);
+    e.connect(c);
+    assert_eq!(e.reserve(0, B, None), Reserve::Waiting);
+    assert_eq!(e.reserve(0, c, None), Reserve::Waiting);
+    let first = put(&mut e, 1, 0, 0, 1000, "1");
+    let second = put(&mut e, 2, 0, 0, 1000, "2");
+    let got: Vec<_> = e
+        .take_events()
+        .into_iter()
+        .map(|ev| match ev {
+            Event::Reserved { client, job } => (client, job.id),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(got, [(B, first), (c, second)]);
+}
+
+#[test]
+fn paused_tube_holds_its_jobs_until_the_pause_ends() {
+    let mut e = engine();
+    let id = put(&mut e, 0, 0, 0, 1000, "x");
+    e.pause_tube(0, &tube("default"), 10_000)
+        .expect("tube exists");
+    assert_eq!(e.reserve(0, B, None), Reserve::Waiting);
+    e.advance(9_999);
+    assert!(e.take_events().is_empty());
+    let stats = e.tube_stats(&tube("default")).expect("tube exists");
+    assert_eq!((stats.pause, stats.pause_time_left), (10_000, 1));
+    e.advance(10_000);
+    assert!(matches!(&e.take_events()[..], [Event::Reserved { job, .. }] if job.id == id));
+    assert_eq!(e.pause_tube(0, &tube("nosuch"), 1), Err(Error::NotFound));
+}
+
+#[test]
+fn bury_and_kick_in_bury_order_then_delayed() {
+    let mut e = engine();
+    let ids: Vec<_> = (0..3).map(|i| put(&mut e, 0, i, 0, 1000, "x")).collect();
+    let delayed = put(&mut e, 0, 0, 60_000, 1000, "later");
+    for &id in ids.iter().rev() {
+        assert_eq!(e.reserve_job(0, B, id).map(|j| j.id), Ok(id));
+        e.bury(0, B, id, 7).expect("held by B");
+    }
+    assert_eq!(
+        e.peek_state(0, A, JobState::Buried).map(|j| j.id),
+        Some(ids[2])
+    );
+    assert_eq!(e.kick(0, A, 2), 2); // buried first, oldest burial first
+    assert_eq!(e.job_state(ids[2]), Some(JobState::Ready));
+    assert_eq!(e.job_state(ids[1]), Some(JobState::Ready));
+    assert_eq!(e.job_state(ids[0]), Some(JobState::Buried));
+    assert_eq!(e.kick(0, A, 5), 1);
+    assert_eq!(e.kick(0, A, 5), 1); // nothing buried: the delayed job
+    assert_eq!(e.job_state(delayed), Some(JobState::Ready));
+    assert_eq!(
+        e.job_stats(ids[0]).map(|s| (s.kicks, s.buries)),
+        Some((1, 1))
+    );
+    assert_eq!(e.kick_job(0, ids[0]), Err(Error::NotFound)); // ready: not kickable
+}
+
+#[test]
+fn tubes_come_and_go_with_their_users() {
+    let mut e = engine();
+    assert_eq!(e.watch(0, B, &tube("mail")), 2);
+    e.use_tube(0, A, &tube("mail"));
+    assert_eq!(e.tube_names(), [tube("default"), tube("mail")]);
+    let id = put(&mut e, 0, 0, 0, 1000, "x");
+    e.use_tube(0, A, &tube("default"));
+    assert_eq!(e.ignore(0, B, &tube("mail")), Ok(1));
+    assert_eq!(e.ignore(0, B, &tube("default")), Err(Error::NotIgnored));
+    assert!(
+        e.tube_stats(&tube("mail")).is_some(),
+        "a tube with a job stays"
+    );
+    e.delete(0, A, id).expect("ready job");
+    assert!(
+        e.tube_stats(&tube("mail")).is_none(),
+        "an empty, unreferenced tube goes"
+    );
+    assert_eq!(e.watched_tubes(B), [tube("default")]);
+}
+
+#[test]
+fn reserved_jobs_of_a_closed_connection_become_ready() {
+    let mut e = engine();
+    let id = put(&mut e, 0, 0, 0, 60_000, "x");
+    assert!(matches!(e.reserve(0, B, None), Reserve::Job(_)));
+    e.disconnect(10, B);
+    assert_eq!(e.job_state(id), Some(JobState::Ready));
+    assert_eq!(e.stats().current_connections, 1);
+}
+
+#[test]
+fn drain_mode_and_size_limit_refuse_puts() {
+    let mut e = Engine::new(Config { max_job_size: 4 }, 0);
+    e.connect(A);
+    assert_eq!(
+        e.put(0, A, 0, 0, 1000, body("12345")),
+        Err(Error::JobTooBig)
+    );
+    assert!(e.put(0, A, 0, 0, 1000, body("1234")).is_ok());
+    e.set_draining(true);
+    assert_eq!(e.put(0, A, 0, 0, 1000, body("1")), Err(Error::Draining));
+    assert!(e.stats().draining);
+}
+
+#[test]
+fn restart_restores_durable_states_and_never_reuses_ids() {
+    let mut e = engine();
+    let ready = put(&mut e, 0, 5, 0, 1000, "ready");
+    let delayed = put(&mut e, 0, 0, 10_000, 1000, "delayed");
+    let overdue = put(&mut e, 0, 0, 1_000, 1000, "overdue");
+    let buried = put(&mut e, 0, 0, 0, 1000, "buried");
+    e.reserve_job(0, B, buried).expect("ready job");
+    e.bury(0, B, buried, 9).expect("held by B");
+    let reserved = put(&mut e, 0, 0, 0, 1000, "reserved");
+    e.reserve_job(0, B, reserved).expect("ready job");
+    let gone = put(&mut e, 0, 0, 0, 1000, "gone");
+    e.delete(0, A, gone).expect("ready job");
+
+    // Replay the durable changes into a map, as a store would.
+    let mut records = std::collections::BTreeMap::new();
+    let mut ids_end = 0;
+    for change in e.take_changes() {
+        match change {
+            Change::Put(r) => {
+                records.insert(r.id, r);
+            }
+            Change::Update {
+                id,
+                state,
+                priority,
+            } => {
+                let r = records.get_mut(&id).expect("update after put");
+                r.state = state;
+                r.priority = priority;
+            }
+            Change::Delete { id } => {
+                records.remove(&id);
+            }
+            Change::ReserveIds { end } => ids_end = end,
+        }
+    }
+    assert_eq!(records[&buried].state, DurableState::Buried);
+
+    // Down for 5 s: the 1 s delay passed, the 10 s one did not.
+    let mut e = Engine::recover(Config::default(), 5_000, ids_end, records.into_values());
+    assert_eq!(e.job_state(ready), Some(JobState::Ready));
+    assert_eq!(e.job_state(delayed), Some(JobState::Delayed));
+    assert_eq!(e.job_state(overdue), Some(JobState::Ready));
+    assert_eq!(e.job_state(buried), Some(JobState::Buried));
+    assert_eq!(e.job_state(reserved), Some(JobState::Ready));
+    assert_eq!(e.job_state(gone), None);
+    assert_eq!(e.job_stats(buried).map(|s| s.priority), Some(9));
+    e.connect(A);
+    let fresh = put(&mut e, 5_000, 0, 0, 1000, "new");
+    assert!(fresh > gone, "id {fresh} reused (last was {gone})");
+    e.advance(10_000);
+    assert_eq!(e.job_state(delayed), Some(JobState::Ready));
+}

@@ -1,0 +1,816 @@
+//! A checker for [`tickwheel_queue::Engine`]: random operation sequences with a manual clock,
+//! every answer and every event checked against a shadow model of what beanstalkd's rules
+//! allow, and restarts from the durable changes checked against the shadow.
+//!
+//! The shadow knows each job's state as a function of time (a delayed job is ready from its
+//! `until`; a reservation ends at its deadline), so it can judge each event at the instant it
+//! happens: the runner steps the engine from one [`Engine::next_deadline`] to the next. What
+//! it checks, after every operation and every instant:
+//! - never early: a job is handed out only when it is ready by the shadow's clock;
+//! - the most urgent ready job (priority, then id) of the client's watched, unpaused tubes;
+//! - nothing lost: the engine holds exactly the shadow's jobs, each in the shadow's state,
+//!   with the shadow's priority; the stats add up;
+//! - every answer (`NOT_FOUND` or success) is the one the rules give;
+//! - no waiting client is left waiting while a job is available to it;
+//! - durability: after a restart from the persisted changes, every job is back in its
+//!   durable state (reserved jobs ready, overdue delayed jobs ready).
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use tickwheel_queue::{
+    Change, ClientId, Config, DurableState, Engine, Error, Event, JobId, JobRecord, JobState,
+    Reserve, TubeName, SAFETY_MARGIN_MS,
+};
+
+/// Tubes the operations use (the first is `default`).
+const TUBES: [&str; 3] = ["default", "alpha", "beta"];
+/// Clients the operations use.
+const CLIENTS: u8 = 4;
+
+/// One step. Clients are `c % 4`, tubes `t % 3`, jobs `pick % (highest id issued)` + 1.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[allow(
+    missing_docs,
+    reason = "each variant is the engine operation of the same name"
+)]
+pub enum QueueOp {
+    Connect(u8),
+    Disconnect(u8),
+    Use(u8, u8),
+    Watch(u8, u8),
+    Ignore(u8, u8),
+    Put {
+        c: u8,
+        pri: u32,
+        delay: u64,
+        ttr: u64,
+        len: u8,
+    },
+    Reserve(u8, Option<u64>),
+    ReserveJob(u8, u64),
+    Delete(u8, u64),
+    Release(u8, u64, u32, u64),
+    Bury(u8, u64, u32),
+    Touch(u8, u64),
+    Kick(u8, u64),
+    KickJob(u64),
+    Peek(u64),
+    PeekState(u8, u8),
+    Pause(u8, u64),
+    /// Advance the clock by this many ms, stepping through every timer.
+    Advance(u64),
+    /// Crash and restart from the persisted changes.
+    Restart,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum S {
+    Ready,
+    Delayed { until: u64 },
+    Reserved { owner: u8, deadline: u64 },
+    Buried { seq: u64 },
+}
+
+#[derive(Clone, Debug)]
+struct SJob {
+    tube: usize,
+    pri: u32,
+    ttr: u64,
+    state: S,
+    len: usize,
+}
+
+impl SJob {
+    /// The state at time `t` (delays and reservations run out on their own).
+    fn at(&self, t: u64) -> S {
+        match self.state {
+            S::Delayed { until } if until <= t => S::Ready,
+            S::Reserved { deadline, .. } if deadline <= t => S::Ready,
+            s => s,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct SClient {
+    used: usize,
+    watched: Vec<usize>,
+    /// Waiting in reserve: the timeout's deadline, if any.
+    waiting: Option<Option<u64>>,
+}
+
+struct Runner {
+    engine: Engine,
+    t: u64,
+    jobs: BTreeMap<JobId, SJob>,
+    clients: BTreeMap<u8, SClient>,
+    paused: [u64; 3],
+    seq: u64,
+    last_id: JobId,
+    /// The persisted state: what the changes taken so far say.
+    durable: BTreeMap<JobId, JobRecord>,
+    ids_end: JobId,
+}
+
+/// Runs `ops` and checks the engine against the rules.
+///
+/// # Errors
+///
+/// A description of the first violation, with the operations before it.
+pub fn run_queue_ops(ops: &[QueueOp]) -> Result<(), String> {
+    let mut r = Runner {
+        engine: Engine::new(Config::default(), 0),
+        t: 0,
+        jobs: BTreeMap::new(),
+        clients: BTreeMap::new(),
+        paused: [0; 3],
+        seq: 0,
+        last_id: 0,
+        durable: BTreeMap::new(),
+        ids_end: 1,
+    };
+    for (step, op) in ops.iter().enumerate() {
+        r.step(op)
+            .and_then(|()| r.events())
+            .and_then(|()| r.persist())
+            .and_then(|()| r.check_all())
+            .map_err(|e| {
+                let from = step.saturating_sub(40);
+                let recent: Vec<String> = ops[from..=step]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, op)| format!("{}: {op:?}", from + i))
+                    .collect();
+                format!(
+                    "step {step} at t={} ({op:?}): {e}\n{}",
+                    r.t,
+                    recent.join("\n")
+                )
+            })?;
+    }
+    Ok(())
+}
+
+fn tube_name(t: usize) -> TubeName {
+    TubeName::new(TUBES[t]).expect("valid tube name")
+}
+
+impl Runner {
+    fn job_id(&self, pick: u64) -> JobId {
+        if self.last_id == 0 {
+            1
+        } else {
+            pick % (self.last_id + 1)
+        }
+    }
+
+    fn step(&mut self, op: &QueueOp) -> Result<(), String> {
+        let t = self.t;
+        match *op {
+            QueueOp::Connect(c) => {
+                let c = c % CLIENTS;
+                if self.clients.contains_key(&c) {
+                    return Ok(());
+                }
+                self.engine.connect(ClientId(c.into()));
+                self.clients.insert(
+                    c,
+                    SClient {
+                        used: 0,
+                        watched: vec![0],
+                        waiting: None,
+                    },
+                );
+            }
+            QueueOp::Disconnect(c) => {
+                let c = c % CLIENTS;
+                if self.clients.remove(&c).is_none() {
+                    return Ok(());
+                }
+                for job in self.jobs.values_mut() {
+                    if matches!(job.at(t), S::Reserved { owner, .. } if owner == c) {
+                        job.state = S::Ready;
+                    }
+                }
+                self.engine.disconnect(t, ClientId(c.into()));
+                self.events()?;
+            }
+            QueueOp::Use(c, tube) => {
+                let Some(client) = self.clients.get_mut(&(c % CLIENTS)) else {
+                    return Ok(());
+                };
+                let tube = usize::from(tube) % TUBES.len();
+                client.used = tube;
+                self.engine
+                    .use_tube(t, ClientId((c % CLIENTS).into()), &tube_name(tube));
+            }
+            QueueOp::Watch(c, tube) => {
+                let Some(client) = self.clients.get_mut(&(c % CLIENTS)) else {
+                    return Ok(());
+                };
+                let tube = usize::from(tube) % TUBES.len();
+                if !client.watched.contains(&tube) {
+                    client.watched.push(tube);
+                }
+                let want = client.watched.len();
+                let got = self
+                    .engine
+                    .watch(t, ClientId((c % CLIENTS).into()), &tube_name(tube));
+                expect_eq("watch count", got, want)?;
+            }
+            QueueOp::Ignore(c, tube) => {
+                let Some(client) = self.clients.get_mut(&(c % CLIENTS)) else {
+                    return Ok(());
+                };
+                let tube = usize::from(tube) % TUBES.len();
+                let want = match client.watched.iter().position(|&w| w == tube) {
+                    Some(_) if client.watched.len() == 1 => Err(Error::NotIgnored),
+                    Some(pos) => {
+                        client.watched.remove(pos);
+                        Ok(client.watched.len())
+                    }
+                    None => Ok(client.watched.len()),
+                };
+                let got = self
+                    .engine
+                    .ignore(t, ClientId((c % CLIENTS).into()), &tube_name(tube));
+                expect_eq("ignore", got, want)?;
+            }
+            QueueOp::Put {
+                c,
+                pri,
+                delay,
+                ttr,
+                len,
+            } => {
+                let c = c % CLIENTS;
+                let Some(client) = self.clients.get(&c) else {
+                    return Ok(());
+                };
+                let tube = client.used;
+                let body = Bytes::from(vec![b'x'; usize::from(len)]);
+                let id = self
+                    .engine
+                    .put(t, ClientId(c.into()), pri, delay, ttr, body)
+                    .map_err(|e| format!("put failed: {e}"))?;
+                if id <= self.last_id {
+                    return Err(format!("put gave id {id}, not above {}", self.last_id));
+                }
+                self.last_id = id;
+                let state = if delay == 0 {
+                    S::Ready
+                } else {
+                    S::Delayed { until: t + delay }
+                };
+                let job = SJob {
+                    tube,
+                    pri,
+                    ttr: ttr.max(1000),
+                    state,
+                    len: usize::from(len),
+                };
+                self.jobs.insert(id, job);
+                self.events()?;
+            }
+            QueueOp::Reserve(c, timeout) => {
+                let c = c % CLIENTS;
+                if !self.clients.contains_key(&c) || self.clients[&c].waiting.is_some() {
+                    return Ok(());
+                }
+                let got = self.engine.reserve(t, ClientId(c.into()), timeout);
+                let best = self.best_for(c);
+                match got {
+                    Reserve::Job(view) => {
+                        expect_eq("reserved job", Some(view.id), best)?;
+                        self.hand_out(c, view.id, view.body.len())?;
+                    }
+                    Reserve::DeadlineSoon | Reserve::TimedOut | Reserve::Waiting
+                        if best.is_some() =>
+                    {
+                        return Err(format!("reserve gave {got:?} though job {best:?} is ready"));
+                    }
+                    Reserve::DeadlineSoon => {
+                        if !self.holds_job_in_margin(c) {
+                            return Err("DEADLINE_SOON without a job in its last second".into());
+                        }
+                    }
+                    Reserve::TimedOut | Reserve::Waiting if self.holds_job_in_margin(c) => {
+                        return Err(format!("{got:?} though a held job is in its last second"));
+                    }
+                    Reserve::TimedOut => expect_eq("timeout of TIMED_OUT", timeout, Some(0))?,
+                    Reserve::Waiting => {
+                        if timeout == Some(0) {
+                            return Err("waiting with a zero timeout".into());
+                        }
+                        let client = self.clients.get_mut(&c).expect("connected");
+                        client.waiting = Some(timeout.map(|d| t + d));
+                    }
+                }
+            }
+            QueueOp::ReserveJob(c, pick) => {
+                let c = c % CLIENTS;
+                if !self.clients.contains_key(&c) || self.clients[&c].waiting.is_some() {
+                    return Ok(());
+                }
+                let id = self.job_id(pick);
+                let ok = self
+                    .jobs
+                    .get(&id)
+                    .is_some_and(|j| !matches!(j.at(t), S::Reserved { .. }));
+                let got = self.engine.reserve_job(t, ClientId(c.into()), id);
+                expect_eq("reserve-job succeeded", got.is_ok(), ok)?;
+                if let Ok(view) = got {
+                    self.hand_out(c, id, view.body.len())?;
+                }
+            }
+            QueueOp::Delete(c, pick) => {
+                let c = c % CLIENTS;
+                if !self.clients.contains_key(&c) || self.clients[&c].waiting.is_some() {
+                    return Ok(());
+                }
+                let id = self.job_id(pick);
+                let ok = self
+                    .jobs
+                    .get(&id)
+                    .is_some_and(|j| !matches!(j.at(t), S::Reserved { owner, .. } if owner != c));
+                let got = self.engine.delete(t, ClientId(c.into()), id);
+                expect_eq(
+                    "delete",
+                    got,
+                    if ok { Ok(()) } else { Err(Error::NotFound) },
+                )?;
+                if ok {
+                    self.jobs.remove(&id);
+                }
+                self.events()?;
+            }
+            QueueOp::Release(c, pick, pri, delay) => {
+                let c = c % CLIENTS;
+                let id = self.job_id(pick);
+                if !self.owned_by(c, id)? {
+                    let got = self.engine.release(t, ClientId(c.into()), id, pri, delay);
+                    return expect_eq("release", got, Err(Error::NotFound));
+                }
+                self.engine
+                    .release(t, ClientId(c.into()), id, pri, delay)
+                    .map_err(|e| format!("release failed: {e}"))?;
+                let job = self.jobs.get_mut(&id).expect("owned");
+                job.pri = pri;
+                job.state = if delay == 0 {
+                    S::Ready
+                } else {
+                    S::Delayed { until: t + delay }
+                };
+                self.events()?;
+            }
+            QueueOp::Bury(c, pick, pri) => {
+                let c = c % CLIENTS;
+                let id = self.job_id(pick);
+                if !self.owned_by(c, id)? {
+                    let got = self.engine.bury(t, ClientId(c.into()), id, pri);
+                    return expect_eq("bury", got, Err(Error::NotFound));
+                }
+                self.engine
+                    .bury(t, ClientId(c.into()), id, pri)
+                    .map_err(|e| format!("bury failed: {e}"))?;
+                self.seq += 1;
+                let job = self.jobs.get_mut(&id).expect("owned");
+                job.pri = pri;
+                job.state = S::Buried { seq: self.seq };
+            }
+            QueueOp::Touch(c, pick) => {
+                let c = c % CLIENTS;
+                let id = self.job_id(pick);
+                let owned = self.owned_by(c, id)?;
+                let got = self.engine.touch(t, ClientId(c.into()), id);
+                expect_eq(
+                    "touch",
+                    got,
+                    if owned { Ok(()) } else { Err(Error::NotFound) },
+                )?;
+                if owned {
+                    let job = self.jobs.get_mut(&id).expect("owned");
+                    job.state = S::Reserved {
+                        owner: c,
+                        deadline: t + job.ttr,
+                    };
+                }
+            }
+            QueueOp::Kick(c, bound) => {
+                let c = c % CLIENTS;
+                let Some(client) = self.clients.get(&c) else {
+                    return Ok(());
+                };
+                if client.waiting.is_some() {
+                    return Ok(());
+                }
+                let tube = client.used;
+                let mut buried: Vec<(u64, JobId)> = Vec::new();
+                let mut delayed: Vec<(u64, JobId)> = Vec::new();
+                for (&id, job) in self.jobs.iter().filter(|(_, j)| j.tube == tube) {
+                    match job.at(t) {
+                        S::Buried { seq } => buried.push((seq, id)),
+                        S::Delayed { until } => delayed.push((until, id)),
+                        _ => {}
+                    }
+                }
+                buried.sort_unstable();
+                delayed.sort_unstable();
+                let from = if buried.is_empty() { delayed } else { buried };
+                let kicked: Vec<JobId> = from
+                    .into_iter()
+                    .take(bound.min(1000) as usize)
+                    .map(|(_, id)| id)
+                    .collect();
+                let got = self.engine.kick(t, ClientId(c.into()), bound.min(1000));
+                expect_eq("kicked", got, kicked.len() as u64)?;
+                for id in kicked {
+                    self.jobs.get_mut(&id).expect("kicked job").state = S::Ready;
+                }
+                self.events()?;
+            }
+            QueueOp::KickJob(pick) => {
+                let id = self.job_id(pick);
+                let ok = self
+                    .jobs
+                    .get(&id)
+                    .is_some_and(|j| matches!(j.at(t), S::Buried { .. } | S::Delayed { .. }));
+                let got = self.engine.kick_job(t, id);
+                expect_eq(
+                    "kick-job",
+                    got,
+                    if ok { Ok(()) } else { Err(Error::NotFound) },
+                )?;
+                if ok {
+                    self.jobs.get_mut(&id).expect("kicked job").state = S::Ready;
+                }
+                self.events()?;
+            }
+            QueueOp::Peek(pick) => {
+                let id = self.job_id(pick);
+                let got = self.engine.peek(t, id).map(|v| (v.id, v.body.len()));
+                expect_eq("peek", got, self.jobs.get(&id).map(|j| (id, j.len)))?;
+            }
+            QueueOp::PeekState(c, which) => {
+                let c = c % CLIENTS;
+                let Some(client) = self.clients.get(&c) else {
+                    return Ok(());
+                };
+                let tube = client.used;
+                let state =
+                    [JobState::Ready, JobState::Delayed, JobState::Buried][usize::from(which) % 3];
+                let mut candidates: Vec<(u64, u64, JobId)> = Vec::new();
+                for (&id, job) in self.jobs.iter().filter(|(_, j)| j.tube == tube) {
+                    match (state, job.at(t)) {
+                        (JobState::Ready, S::Ready) => candidates.push((job.pri.into(), id, id)),
+                        (JobState::Delayed, S::Delayed { until }) => {
+                            candidates.push((until, id, id))
+                        }
+                        (JobState::Buried, S::Buried { seq }) => candidates.push((seq, 0, id)),
+                        _ => {}
+                    }
+                }
+                let want = candidates.into_iter().min().map(|(_, _, id)| id);
+                let got = self
+                    .engine
+                    .peek_state(t, ClientId(c.into()), state)
+                    .map(|v| v.id);
+                expect_eq("peek by state", got, want)?;
+            }
+            QueueOp::Pause(tube, delay) => {
+                let tube = usize::from(tube) % TUBES.len();
+                let exists = self.tube_exists(tube);
+                let got = self.engine.pause_tube(t, &tube_name(tube), delay);
+                expect_eq(
+                    "pause-tube",
+                    got,
+                    if exists { Ok(()) } else { Err(Error::NotFound) },
+                )?;
+                if exists {
+                    self.paused[tube] = t + delay;
+                }
+            }
+            QueueOp::Advance(dt) => {
+                let target = t + dt;
+                while let Some(next) = self.engine.next_deadline().filter(|&d| d <= target) {
+                    self.t = next;
+                    self.engine.advance(next);
+                    self.events()?;
+                    self.check_all()?;
+                }
+                self.t = target;
+                self.engine.advance(target);
+                self.events()?;
+            }
+            QueueOp::Restart => {
+                self.persist()?;
+                let records = self.durable.values().cloned();
+                self.engine = Engine::recover(Config::default(), t, self.ids_end, records);
+                self.clients.clear();
+                self.paused = [0; 3];
+                for job in self.jobs.values_mut() {
+                    job.state = match job.at(t) {
+                        S::Reserved { .. } => S::Ready,
+                        s => s,
+                    };
+                }
+                // Buried order after a restart is id order.
+                let buried: Vec<JobId> = self
+                    .jobs
+                    .iter()
+                    .filter(|(_, j)| matches!(j.state, S::Buried { .. }))
+                    .map(|(&id, _)| id)
+                    .collect();
+                for id in buried {
+                    self.seq += 1;
+                    self.jobs.get_mut(&id).expect("buried job").state = S::Buried { seq: self.seq };
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Is `id` reserved by `c` now? Also the answer the engine must give to release etc.
+    fn owned_by(&self, c: u8, id: JobId) -> Result<bool, String> {
+        Ok(self.clients.contains_key(&c)
+            && self
+                .jobs
+                .get(&id)
+                .is_some_and(|j| matches!(j.at(self.t), S::Reserved { owner, .. } if owner == c)))
+    }
+
+    /// The job a reserve by `c` must get now, if any.
+    fn best_for(&self, c: u8) -> Option<JobId> {
+        let client = self.clients.get(&c)?;
+        self.jobs
+            .iter()
+            .filter(|(_, j)| client.watched.contains(&j.tube) && self.paused[j.tube] <= self.t)
+            .filter(|(_, j)| j.at(self.t) == S::Ready)
+            .map(|(&id, j)| (j.pri, id))
+            .min()
+            .map(|(_, id)| id)
+    }
+
+    fn holds_job_in_margin(&self, c: u8) -> bool {
+        self.jobs.values().any(|j| {
+            matches!(j.at(self.t), S::Reserved { owner, deadline } if owner == c && deadline - SAFETY_MARGIN_MS.min(deadline) <= self.t)
+        })
+    }
+
+    fn hand_out(&mut self, c: u8, id: JobId, len: usize) -> Result<(), String> {
+        let t = self.t;
+        let job = self
+            .jobs
+            .get_mut(&id)
+            .ok_or_else(|| format!("handed out unknown job {id}"))?;
+        if !matches!(job.at(t), S::Reserved { .. }) {
+            expect_eq("body length", len, job.len)?;
+            job.state = S::Reserved {
+                owner: c,
+                deadline: t + job.ttr,
+            };
+            Ok(())
+        } else {
+            Err(format!("job {id} handed out while {:?}", job.at(t)))
+        }
+    }
+
+    /// Checks the events of this instant and applies them to the shadow.
+    fn events(&mut self) -> Result<(), String> {
+        for event in self.engine.take_events() {
+            match event {
+                Event::Reserved { client, job } => {
+                    let c = client.0 as u8;
+                    if self.clients.get(&c).and_then(|s| s.waiting).is_none() {
+                        return Err(format!(
+                            "{event:?} for a client not waiting",
+                            event = Event::Reserved { client, job }
+                        ));
+                    }
+                    expect_eq("job given to a waiter", Some(job.id), self.best_for(c))?;
+                    self.hand_out(c, job.id, job.body.len())?;
+                    self.clients.get_mut(&c).expect("waiting").waiting = None;
+                }
+                Event::TimedOut { client } => {
+                    let c = client.0 as u8;
+                    let deadline = self.clients.get(&c).and_then(|s| s.waiting).flatten();
+                    expect_eq("timeout instant", deadline, Some(self.t))?;
+                    self.clients.get_mut(&c).expect("waiting").waiting = None;
+                }
+                Event::DeadlineSoon { client } => {
+                    let c = client.0 as u8;
+                    if self.clients.get(&c).and_then(|s| s.waiting).is_none()
+                        || !self.holds_job_in_margin(c)
+                    {
+                        return Err(format!(
+                            "DEADLINE_SOON to client {c} not waiting or without a job in margin"
+                        ));
+                    }
+                    self.clients.get_mut(&c).expect("waiting").waiting = None;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the engine's changes to the durable model.
+    fn persist(&mut self) -> Result<(), String> {
+        for change in self.engine.take_changes() {
+            match change {
+                Change::Put(record) => {
+                    if record.id >= self.ids_end {
+                        return Err(format!(
+                            "job {} put beyond the persisted ids {}",
+                            record.id, self.ids_end
+                        ));
+                    }
+                    self.durable.insert(record.id, record);
+                }
+                Change::Update {
+                    id,
+                    state,
+                    priority,
+                } => {
+                    let record = self
+                        .durable
+                        .get_mut(&id)
+                        .ok_or_else(|| format!("update of unknown job {id}"))?;
+                    record.state = state;
+                    record.priority = priority;
+                }
+                Change::Delete { id } => {
+                    self.durable
+                        .remove(&id)
+                        .ok_or_else(|| format!("delete of unknown job {id}"))?;
+                }
+                Change::ReserveIds { end } => self.ids_end = self.ids_end.max(end),
+            }
+        }
+        Ok(())
+    }
+
+    fn tube_exists(&self, tube: usize) -> bool {
+        tube == 0
+            || self.paused[tube] > self.t
+            || self.jobs.values().any(|j| j.tube == tube)
+            || self
+                .clients
+                .values()
+                .any(|c| c.used == tube || c.watched.contains(&tube))
+    }
+
+    fn check_all(&self) -> Result<(), String> {
+        let t = self.t;
+        expect_eq("job count", self.engine.job_count(), self.jobs.len())?;
+        let mut counts = [0u64; 4];
+        for (&id, job) in &self.jobs {
+            let want = match job.at(t) {
+                S::Ready => JobState::Ready,
+                S::Delayed { .. } => JobState::Delayed,
+                S::Reserved { .. } => JobState::Reserved,
+                S::Buried { .. } => JobState::Buried,
+            };
+            counts[want as usize] += 1;
+            let stats = self
+                .engine
+                .job_stats(id)
+                .ok_or_else(|| format!("job {id} lost"))?;
+            expect_eq(&format!("state of job {id}"), stats.state, want)?;
+            expect_eq(&format!("priority of job {id}"), stats.priority, job.pri)?;
+            expect_eq(
+                &format!("tube of job {id}"),
+                stats.tube.as_str(),
+                TUBES[job.tube],
+            )?;
+            // The durable record agrees, once the changes are persisted.
+            let record = self
+                .durable
+                .get(&id)
+                .ok_or_else(|| format!("job {id} not persisted"))?;
+            // What a restart now would make of the record: an overdue delay is ready.
+            let recovered = match record.state {
+                DurableState::Delayed { until } if until <= t => DurableState::Ready,
+                s => s,
+            };
+            let durable_ok = match (job.at(t), recovered) {
+                (S::Ready | S::Reserved { .. }, DurableState::Ready)
+                | (S::Buried { .. }, DurableState::Buried) => true,
+                (S::Delayed { until }, DurableState::Delayed { until: u }) => until == u,
+                _ => false,
+            };
+            if !durable_ok {
+                return Err(format!(
+                    "job {id}: durable {:?} vs shadow {:?}",
+                    record.state, job.state
+                ));
+            }
+        }
+        if self.durable.len() != self.jobs.len() {
+            return Err(format!(
+                "{} durable jobs vs {} live",
+                self.durable.len(),
+                self.jobs.len()
+            ));
+        }
+        let stats = self.engine.stats();
+        expect_eq(
+            "stats ready/delayed/reserved/buried",
+            [stats.ready, stats.delayed, stats.reserved, stats.buried],
+            [
+                counts[JobState::Ready as usize],
+                counts[JobState::Delayed as usize],
+                counts[JobState::Reserved as usize],
+                counts[JobState::Buried as usize],
+            ],
+        )?;
+        // Nobody waits while a job is there for it.
+        for (&c, client) in &self.clients {
+            if let Some(timeout) = client.waiting {
+                if let Some(id) = self.best_for(c) {
+                    return Err(format!("client {c} waits while job {id} is ready"));
+                }
+                if timeout.is_some_and(|d| d <= t) {
+                    return Err(format!("client {c} still waits past its timeout"));
+                }
+                if self.holds_job_in_margin(c) {
+                    return Err(format!("client {c} waits holding a job in its last second"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn expect_eq<T: PartialEq + std::fmt::Debug>(what: &str, got: T, want: T) -> Result<(), String> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(format!("{what}: engine {got:?}, rules {want:?}"))
+    }
+}
+
+/// Decodes arbitrary bytes into operations, for fuzzing: every input is valid.
+#[must_use]
+pub fn decode_queue_ops(bytes: &[u8]) -> Vec<QueueOp> {
+    let mut it = bytes.iter().copied();
+    let mut next = move || it.next();
+    let mut ops = Vec::new();
+    while let Some(tag) = next() {
+        let a = next().unwrap_or(0);
+        let b = next().unwrap_or(0);
+        let small = |x: u8| u64::from(x) * 50;
+        let op = match tag % 20 {
+            0 => QueueOp::Connect(a),
+            1 => QueueOp::Disconnect(a),
+            2 => QueueOp::Use(a, b),
+            3 => QueueOp::Watch(a, b),
+            4 => QueueOp::Ignore(a, b),
+            5 | 6 => QueueOp::Put {
+                c: a,
+                pri: u32::from(b % 4) * 600,
+                delay: if b & 0x80 != 0 { small(b & 0x7f) } else { 0 },
+                ttr: 1000 + small(a & 0x3f) * 4,
+                len: b,
+            },
+            7 | 8 => QueueOp::Reserve(
+                a,
+                match b % 3 {
+                    0 => None,
+                    1 => Some(0),
+                    _ => Some(small(b)),
+                },
+            ),
+            9 => QueueOp::ReserveJob(a, u64::from(b)),
+            10 => QueueOp::Delete(a, u64::from(b)),
+            11 => QueueOp::Release(
+                a,
+                u64::from(b),
+                u32::from(a) * 300,
+                if a & 1 == 0 { 0 } else { small(b) },
+            ),
+            12 => QueueOp::Bury(a, u64::from(b), u32::from(a)),
+            13 => QueueOp::Touch(a, u64::from(b)),
+            14 => QueueOp::Kick(a, u64::from(b % 5)),
+            15 => QueueOp::KickJob(u64::from(b)),
+            16 => {
+                if a & 1 == 0 {
+                    QueueOp::Peek(u64::from(b))
+                } else {
+                    QueueOp::PeekState(a, b)
+                }
+            }
+            17 => QueueOp::Pause(a, small(b)),
+            18 => QueueOp::Advance(small(a) + u64::from(b)),
+            _ => {
+                if a % 8 == 0 {
+                    QueueOp::Restart
+                } else {
+                    QueueOp::Advance(u64::from(a))
+                }
+            }
+        };
+        ops.push(op);
+    }
+    ops
+}
