@@ -1,0 +1,208 @@
+//! Where a [`Timer`](crate::Timer) reads the time, and how its driver waits for it.
+//!
+//! Deadlines are [`Instant`]s *by the timer's clock*. [`SystemClock`] (the default) is the
+//! monotonic `Instant::now()`; [`ManualClock`] only moves when a test calls
+//! [`ManualClock::advance`], which makes ordering and missed-tick tests deterministic.
+
+use std::fmt;
+use std::sync::Arc;
+use std::thread::{self, Thread};
+use std::time::{Duration, Instant};
+
+use crate::sync::Mutex;
+
+/// A source of time for a [`Timer`](crate::Timer).
+///
+/// Implementations must be monotonic: `now()` never goes backwards.
+pub trait Clock: Send + Sync + fmt::Debug + 'static {
+    /// The current time by this clock.
+    fn now(&self) -> Instant;
+
+    /// Blocks the calling thread (the timer's driver) until `deadline` by this clock, or
+    /// until the thread is [unparked](Thread::unpark), whichever comes first. `None` means
+    /// "until unparked". Returning early is always allowed: the driver re-reads
+    /// [`now`](Self::now) and goes back to sleep.
+    fn park_until(&self, deadline: Option<Instant>);
+}
+
+/// The real monotonic clock (`Instant::now()`); the default.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn park_until(&self, deadline: Option<Instant>) {
+        match deadline {
+            None => thread::park(),
+            Some(deadline) => {
+                let wait = deadline.saturating_duration_since(Instant::now());
+                if !wait.is_zero() {
+                    thread::park_timeout(wait);
+                }
+            }
+        }
+    }
+}
+
+/// A clock that moves only when told to, for deterministic tests.
+///
+/// Cloning gives another handle to the same clock. A driver waiting on it is woken by
+/// [`advance`](Self::advance).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tickwheel::{Clock, ManualClock};
+///
+/// let clock = ManualClock::new();
+/// let start = clock.now();
+/// clock.advance(Duration::from_secs(5));
+/// assert_eq!(clock.now() - start, Duration::from_secs(5));
+/// ```
+#[derive(Clone, Default)]
+pub struct ManualClock {
+    shared: Arc<Mutex<ManualState>>,
+}
+
+#[derive(Default)]
+struct ManualState {
+    offset: Duration,
+    origin: Option<Instant>,
+    parked: Vec<Thread>,
+}
+
+impl ManualClock {
+    /// A clock standing at an arbitrary instant; it never moves by itself.
+    #[must_use]
+    pub fn new() -> Self {
+        let clock = ManualClock::default();
+        clock.shared.lock().origin = Some(Instant::now());
+        clock
+    }
+
+    /// Moves the clock forward by `by` and wakes every driver waiting on it.
+    pub fn advance(&self, by: Duration) {
+        let parked = {
+            let mut state = self.shared.lock();
+            state.offset += by;
+            std::mem::take(&mut state.parked)
+        };
+        for thread in parked {
+            thread.unpark();
+        }
+    }
+}
+
+impl fmt::Debug for ManualClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let offset = self.shared.lock().offset;
+        f.debug_struct("ManualClock")
+            .field("advanced_by", &offset)
+            .finish()
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Instant {
+        let state = self.shared.lock();
+        state.origin.unwrap_or_else(Instant::now) + state.offset
+    }
+
+    fn park_until(&self, deadline: Option<Instant>) {
+        {
+            let mut state = self.shared.lock();
+            let now = state.origin.unwrap_or_else(Instant::now) + state.offset;
+            if deadline.is_some_and(|d| d <= now) {
+                return;
+            }
+            // Registered under the same lock `advance` takes: an advance after this point
+            // unparks us, and an unpark before `park` makes `park` return at once.
+            state.parked.push(thread::current());
+        }
+        thread::park();
+    }
+}
+
+/// Maps [`Instant`]s to wheel ticks of a fixed resolution from a fixed origin.
+///
+/// Deadlines round **up** and "now" rounds **down**, so a tick that is due by the wheel is
+/// due by the clock: `tick_ceil(d) <= tick_floor(now)` implies `d <= now`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TickSource {
+    origin: Instant,
+    resolution_ns: u64,
+}
+
+impl TickSource {
+    pub(crate) fn new(origin: Instant, resolution: Duration) -> Self {
+        let resolution_ns = u64::try_from(resolution.as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        TickSource {
+            origin,
+            resolution_ns,
+        }
+    }
+
+    fn nanos_since_origin(&self, t: Instant) -> u128 {
+        t.saturating_duration_since(self.origin).as_nanos()
+    }
+
+    /// The first tick at or after `deadline`.
+    pub(crate) fn tick_ceil(&self, deadline: Instant) -> u64 {
+        let ns = self.nanos_since_origin(deadline);
+        let res = u128::from(self.resolution_ns);
+        u64::try_from(ns.div_ceil(res)).unwrap_or(u64::MAX)
+    }
+
+    /// The last tick at or before `now`.
+    pub(crate) fn tick_floor(&self, now: Instant) -> u64 {
+        let ns = self.nanos_since_origin(now);
+        u64::try_from(ns / u128::from(self.resolution_ns)).unwrap_or(u64::MAX)
+    }
+
+    /// The instant a tick starts, or `None` if it is beyond what `Instant` can hold.
+    pub(crate) fn instant_of(&self, tick: u64) -> Option<Instant> {
+        let ns = u128::from(tick) * u128::from(self.resolution_ns);
+        let secs = u64::try_from(ns / 1_000_000_000).ok()?;
+        let sub = u32::try_from(ns % 1_000_000_000).ok()?;
+        self.origin.checked_add(Duration::new(secs, sub))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_round_up_and_now_rounds_down() {
+        let origin = Instant::now();
+        let ticks = TickSource::new(origin, Duration::from_millis(1));
+        let d = origin + Duration::from_micros(1_500);
+        assert_eq!(ticks.tick_ceil(d), 2);
+        assert_eq!(ticks.tick_floor(d), 1);
+        assert_eq!(ticks.tick_ceil(origin + Duration::from_millis(3)), 3);
+        assert_eq!(ticks.tick_floor(origin + Duration::from_millis(3)), 3);
+        assert_eq!(ticks.tick_ceil(origin), 0);
+        assert_eq!(ticks.instant_of(2), Some(origin + Duration::from_millis(2)));
+    }
+
+    #[test]
+    fn a_due_tick_is_never_early() {
+        let origin = Instant::now();
+        let ticks = TickSource::new(origin, Duration::from_micros(50));
+        for d_us in 0..400u64 {
+            for n_us in 0..400u64 {
+                let d = origin + Duration::from_nanos(d_us * 1_013);
+                let n = origin + Duration::from_nanos(n_us * 997);
+                if ticks.tick_ceil(d) <= ticks.tick_floor(n) {
+                    assert!(d <= n, "deadline {d_us} fired at now {n_us}");
+                }
+            }
+        }
+    }
+}

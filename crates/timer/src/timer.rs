@@ -1,0 +1,354 @@
+//! The [`Timer`] service: schedule callbacks from any thread, cancel them cheaply.
+
+use std::future::Future;
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::builder::Builder;
+use crate::driver::{join_all, Inner, STOPPED};
+use crate::error::ScheduleError;
+use crate::interval::{Interval, MissedTickBehavior};
+use crate::metrics::{Counters, Metrics};
+use crate::sleep::Sleep;
+use crate::sync::{fence, Arc, Ordering};
+use crate::task::{Job, OnceTask, PendingTask, RepeatTask, TimerHandle, CANCELLED, WAITING};
+use crate::timeout::Timeout;
+
+/// A timer service: a driver thread that owns a hierarchical timing wheel, plus a pool of
+/// worker threads that run the callbacks.
+///
+/// Cloning is cheap and gives another handle to the same service. Dropping the last clone
+/// stops the service (like [`stop`](Self::stop), discarding what never ran) and joins its
+/// threads. A callback that holds a clone of its own `Timer` keeps the service alive until
+/// it has run.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::mpsc;
+/// use std::time::Duration;
+/// use tickwheel::Timer;
+///
+/// let timer = Timer::new();
+/// let (tx, rx) = mpsc::channel();
+/// timer.schedule(Duration::from_millis(5), move || tx.send("fired").unwrap())?;
+/// assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok("fired"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct Timer {
+    pub(crate) owner: Arc<Owner>,
+}
+
+pub(crate) struct Owner {
+    pub(crate) inner: Arc<Inner>,
+    /// The driver thread (none for a manual driver), then the workers.
+    pub(crate) threads: Threads,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        drop(stop_inner(&self.inner, &self.threads));
+    }
+}
+
+pub(crate) type Threads = Mutex<(Option<JoinHandle<()>>, Vec<JoinHandle<()>>)>;
+
+fn stop_inner(inner: &Inner, threads: &Threads) -> Vec<PendingTask> {
+    if !inner.mark_stopped() {
+        return Vec::new();
+    }
+    let (driver, workers) = std::mem::take(
+        &mut *threads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    // The driver must have exited before we take its wheel; the workers after, so that
+    // callbacks dispatched but not started are returned rather than run.
+    join_all(driver.into_iter().collect());
+    let pending = inner.collect_after_stop();
+    join_all(workers);
+    pending
+}
+
+impl std::fmt::Debug for Timer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Timer")
+            .field("resolution", &self.inner().resolution)
+            .field("pending", &self.pending())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Timer {
+    fn default() -> Self {
+        Timer::new()
+    }
+}
+
+impl Timer {
+    /// A timer with the default configuration (1 ms ticks, one worker per CPU).
+    ///
+    /// # Panics
+    ///
+    /// If the operating system refuses to start a thread; use [`Timer::builder`] to get
+    /// that as an error.
+    #[must_use]
+    pub fn new() -> Timer {
+        match Builder::default().build() {
+            Ok(timer) => timer,
+            Err(e) => panic!("tickwheel: cannot start the timer: {e}"),
+        }
+    }
+
+    /// Configure a timer.
+    #[must_use]
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.owner.inner
+    }
+
+    /// The current time by this timer's clock.
+    #[must_use]
+    pub fn now(&self) -> Instant {
+        self.inner().clock.now()
+    }
+
+    /// The tick resolution.
+    #[must_use]
+    pub fn resolution(&self) -> Duration {
+        self.inner().resolution
+    }
+
+    /// Runs `f` once, `delay` from now (by the timer's clock), on a worker thread.
+    ///
+    /// `f` never starts before the deadline; it starts about one tick after it at most,
+    /// plus OS wake-up latency, when workers are free. The delay may be anything,
+    /// `Duration::MAX` included (that timer just never fires).
+    ///
+    /// # Errors
+    ///
+    /// [`ScheduleError::Full`] when `max_pending` callbacks already wait,
+    /// [`ScheduleError::Shutdown`] after [`stop`](Self::stop) or [`shutdown`](Self::shutdown);
+    /// both give `f` back.
+    pub fn schedule<F>(&self, delay: Duration, f: F) -> Result<TimerHandle, ScheduleError<F>>
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        let at = self
+            .now()
+            .checked_add(delay)
+            .unwrap_or_else(crate::driver::far_future);
+        self.schedule_at(at, f)
+    }
+
+    /// Runs `f` once at `at` (by the timer's clock); a past instant runs it at once.
+    ///
+    /// # Errors
+    ///
+    /// As [`schedule`](Self::schedule).
+    pub fn schedule_at<F>(&self, at: Instant, f: F) -> Result<TimerHandle, ScheduleError<F>>
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        let inner = self.inner();
+        if let Some(refusal) = self.refuse() {
+            return Err(refusal(f));
+        }
+        let tick = inner.ticks.tick_ceil(at);
+        let task = Arc::new(OnceTask::new(f));
+        self.submit_checked(Arc::clone(&task) as Arc<dyn Job>, tick, || task.take())?;
+        Ok(TimerHandle {
+            job: task,
+            inner: Arc::clone(inner),
+            deadline: at,
+        })
+    }
+
+    /// Runs `f` every `period`, the first time `initial_delay` from now, until cancelled.
+    /// `behavior` says what happens after missed runs (a run never overlaps the previous one
+    /// of the same task); [`MissedTickBehavior::Skip`] is the usual choice.
+    ///
+    /// A panicking run is caught and counted, and the task is not run again.
+    ///
+    /// # Errors
+    ///
+    /// As [`schedule`](Self::schedule).
+    ///
+    /// # Panics
+    ///
+    /// If `period` is zero.
+    pub fn schedule_repeating<F>(
+        &self,
+        initial_delay: Duration,
+        period: Duration,
+        behavior: MissedTickBehavior,
+        f: F,
+    ) -> Result<TimerHandle, ScheduleError<F>>
+    where
+        F: FnMut() + Send + 'static,
+    {
+        assert!(
+            !period.is_zero(),
+            "tickwheel: a repeating task's period must be non-zero"
+        );
+        let inner = self.inner();
+        if let Some(refusal) = self.refuse() {
+            return Err(refusal(f));
+        }
+        let at = self
+            .now()
+            .checked_add(initial_delay)
+            .unwrap_or_else(crate::driver::far_future);
+        let tick = inner.ticks.tick_ceil(at);
+        let period_ticks = u64::try_from(
+            period
+                .as_nanos()
+                .div_ceil(inner.resolution.as_nanos().max(1)),
+        )
+        .unwrap_or(u64::MAX);
+        let task = Arc::new(RepeatTask::new(f, tick, period, period_ticks, behavior));
+        self.submit_checked(Arc::clone(&task) as Arc<dyn Job>, tick, || task.take())?;
+        Ok(TimerHandle {
+            job: task,
+            inner: Arc::clone(inner),
+            deadline: at,
+        })
+    }
+
+    /// Checks shutdown and `max_pending`; on refusal, a constructor of the error.
+    fn refuse<F>(&self) -> Option<fn(F) -> ScheduleError<F>> {
+        let inner = self.inner();
+        let refusal: fn(F) -> ScheduleError<F> = if inner.is_shutting_down() {
+            ScheduleError::Shutdown
+        } else if !inner.try_reserve() {
+            ScheduleError::Full
+        } else {
+            return None;
+        };
+        Counters::bump(&inner.counters.rejected);
+        Some(refusal)
+    }
+
+    /// Submits a reserved task. If `stop` raced with us and the task is still ours, takes
+    /// the closure back: every task either runs, is returned by `stop`, or is refused here.
+    fn submit_checked<F>(
+        &self,
+        job: Arc<dyn Job>,
+        tick: u64,
+        take: impl FnOnce() -> Option<F>,
+    ) -> Result<(), ScheduleError<F>> {
+        let inner = self.inner();
+        inner.submit(Arc::clone(&job), tick);
+        fence(Ordering::SeqCst);
+        if inner.run_state() == STOPPED && job.core().transition(WAITING, CANCELLED) {
+            inner.task_finished();
+            Counters::bump(&inner.counters.rejected);
+            if let Some(f) = take() {
+                return Err(ScheduleError::Shutdown(f));
+            }
+        }
+        Counters::bump(&inner.counters.scheduled);
+        Ok(())
+    }
+
+    /// Callbacks scheduled and not yet run or cancelled (repeating tasks count until
+    /// cancelled).
+    #[must_use]
+    pub fn pending(&self) -> usize {
+        self.inner().pending()
+    }
+
+    /// A snapshot of the counters and the lateness histogram.
+    #[must_use]
+    pub fn metrics(&self) -> Metrics {
+        self.inner().counters.snapshot()
+    }
+
+    /// Stops the service now: no callback starts after this returns, running ones are
+    /// waited for, and every callback that never ran is returned (sorted by deadline) so
+    /// the caller can run, persist or drop it. Pending async timers are woken and panic
+    /// when polled (see [`Sleep`]). Later calls return an empty `Vec`; `schedule*` returns
+    /// [`ScheduleError::Shutdown`] from now on.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tickwheel::Timer;
+    ///
+    /// let timer = Timer::new();
+    /// timer.schedule(Duration::from_secs(3600), || println!("in an hour"))?;
+    /// let never_ran = timer.stop();
+    /// assert_eq!(never_ran.len(), 1);
+    /// never_ran.into_iter().for_each(|task| task.run()); // or persist them
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn stop(&self) -> Vec<PendingTask> {
+        stop_inner(&self.owner.inner, &self.owner.threads)
+    }
+
+    /// Graceful shutdown: refuses new tasks, cancels repeating ones, waits until every
+    /// one-shot callback already scheduled has run (however far its deadline), then stops.
+    /// Call [`stop`](Self::stop) instead to get pending tasks back without waiting.
+    ///
+    /// Must not be called from one of this timer's callbacks (it would wait for itself).
+    pub fn shutdown(&self) {
+        self.inner().begin_shutdown();
+        self.inner().wait_idle();
+        drop(self.stop());
+    }
+
+    /// Turns a driver built with `Builder::__manual_driver` once (loom and deterministic
+    /// tests).
+    #[doc(hidden)]
+    pub fn __turn(&self) -> Option<u64> {
+        self.inner().turn()
+    }
+
+    /// A future that completes `duration` from now; see [`Sleep`].
+    pub fn sleep(&self, duration: Duration) -> Sleep {
+        let at = self
+            .now()
+            .checked_add(duration)
+            .unwrap_or_else(crate::driver::far_future);
+        Sleep::new(Arc::clone(self.inner()), at)
+    }
+
+    /// A future that completes at `deadline`; see [`Sleep`].
+    pub fn sleep_until(&self, deadline: Instant) -> Sleep {
+        Sleep::new(Arc::clone(self.inner()), deadline)
+    }
+
+    /// Runs `future` with a time limit; see [`Timeout`].
+    pub fn timeout<F: Future>(&self, duration: Duration, future: F) -> Timeout<F> {
+        Timeout::new(future, self.sleep(duration))
+    }
+
+    /// Runs `future` until `deadline`; see [`Timeout`].
+    pub fn timeout_at<F: Future>(&self, deadline: Instant, future: F) -> Timeout<F> {
+        Timeout::new(future, self.sleep_until(deadline))
+    }
+
+    /// Ticks every `period`, the first tick immediately, with [`MissedTickBehavior::Skip`].
+    ///
+    /// # Panics
+    ///
+    /// If `period` is zero.
+    pub fn interval(&self, period: Duration) -> Interval {
+        self.interval_at(self.now(), period)
+    }
+
+    /// Ticks every `period` from `start`, with [`MissedTickBehavior::Skip`].
+    ///
+    /// # Panics
+    ///
+    /// If `period` is zero.
+    pub fn interval_at(&self, start: Instant, period: Duration) -> Interval {
+        Interval::new(self.sleep_until(start), period, MissedTickBehavior::Skip)
+    }
+}

@@ -1,0 +1,188 @@
+//! Model-checked races (run with `RUSTFLAGS="--cfg loom" cargo test --test loom --release`);
+//! without `--cfg loom` the same bodies run once as plain tests.
+//!
+//! The timer is built with a manual driver and inline callbacks, so the "driver" is just
+//! another thread calling `__turn`: cancel vs fire, schedule vs stop, waker change vs fire,
+//! drop vs fire.
+
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+
+#[cfg(loom)]
+use loom::{sync::atomic::AtomicUsize, thread};
+#[cfg(not(loom))]
+use std::{sync::atomic::AtomicUsize, thread};
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering::SeqCst;
+use tickwheel::{ManualClock, ScheduleError, TaskState, Timer};
+
+fn model<F: Fn() + Sync + Send + 'static>(f: F) {
+    #[cfg(loom)]
+    {
+        let mut builder = loom::model::Builder::new();
+        if builder.preemption_bound.is_none() {
+            builder.preemption_bound = Some(2);
+        }
+        builder.check(f);
+    }
+    #[cfg(not(loom))]
+    f();
+}
+
+fn manual_timer() -> (Timer, ManualClock) {
+    let clock = ManualClock::new();
+    let timer = Timer::builder()
+        .clock(clock.clone())
+        .worker_threads(0)
+        .__manual_driver()
+        .build()
+        .expect("build");
+    (timer, clock)
+}
+
+struct Counter(AtomicUsize);
+impl Wake for Counter {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, SeqCst);
+    }
+}
+fn waker() -> (Arc<Counter>, Waker) {
+    let c = Arc::new(Counter(AtomicUsize::new(0)));
+    (Arc::clone(&c), Waker::from(c))
+}
+
+#[test]
+fn cancel_vs_fire() {
+    model(|| {
+        let (timer, _clock) = manual_timer();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let r = Arc::clone(&ran);
+        let handle = timer
+            .schedule(Duration::ZERO, move || {
+                r.fetch_add(1, SeqCst);
+            })
+            .expect("schedule");
+        let h = handle.clone();
+        let canceller = thread::spawn(move || h.cancel());
+        let driver = {
+            let timer = timer.clone();
+            thread::spawn(move || {
+                timer.__turn();
+            })
+        };
+        let cancelled = canceller.join().expect("canceller");
+        driver.join().expect("driver");
+        timer.__turn();
+        let ran = ran.load(SeqCst);
+        assert_eq!(
+            ran + usize::from(cancelled),
+            1,
+            "ran {ran}, cancelled {cancelled}"
+        );
+        let expected = if cancelled {
+            TaskState::Cancelled
+        } else {
+            TaskState::Done
+        };
+        assert_eq!(handle.state(), expected);
+        assert_eq!(timer.pending(), 0);
+    });
+}
+
+#[test]
+fn schedule_vs_stop() {
+    model(|| {
+        let (timer, _clock) = manual_timer();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let producer = {
+            let timer = timer.clone();
+            let ran = Arc::clone(&ran);
+            thread::spawn(move || {
+                match timer.schedule(Duration::ZERO, move || {
+                    ran.fetch_add(1, SeqCst);
+                }) {
+                    Ok(_) => 0,
+                    Err(ScheduleError::Shutdown(f)) => {
+                        f();
+                        1
+                    }
+                    Err(e) => panic!("unexpected {e}"),
+                }
+            })
+        };
+        let stopper = {
+            let timer = timer.clone();
+            thread::spawn(move || {
+                let left = timer.stop();
+                let n = left.len();
+                left.into_iter().for_each(tickwheel::PendingTask::run);
+                n
+            })
+        };
+        let refused = producer.join().expect("producer");
+        let returned = stopper.join().expect("stopper");
+        assert_eq!(
+            refused + returned,
+            1,
+            "the task is either refused or returned by stop, exactly once"
+        );
+        assert_eq!(ran.load(SeqCst), 1);
+    });
+}
+
+#[test]
+fn waker_change_vs_fire() {
+    model(|| {
+        let (timer, clock) = manual_timer();
+        let (_c1, w1) = waker();
+        let (c2, w2) = waker();
+        let mut sleep = timer.sleep(Duration::from_millis(1));
+        assert!(Pin::new(&mut sleep)
+            .poll(&mut Context::from_waker(&w1))
+            .is_pending());
+        clock.advance(Duration::from_millis(1));
+        let driver = {
+            let timer = timer.clone();
+            thread::spawn(move || {
+                timer.__turn();
+            })
+        };
+        let second = Pin::new(&mut sleep).poll(&mut Context::from_waker(&w2));
+        driver.join().expect("driver");
+        if second.is_pending() {
+            assert_eq!(c2.0.load(SeqCst), 1, "the new waker must be woken");
+        }
+        assert_eq!(
+            Pin::new(&mut sleep).poll(&mut Context::from_waker(&w2)),
+            Poll::Ready(())
+        );
+    });
+}
+
+#[test]
+fn drop_sleep_vs_fire() {
+    model(|| {
+        let (timer, clock) = manual_timer();
+        let (_c, w) = waker();
+        let mut sleep = timer.sleep(Duration::from_millis(1));
+        assert!(Pin::new(&mut sleep)
+            .poll(&mut Context::from_waker(&w))
+            .is_pending());
+        clock.advance(Duration::from_millis(1));
+        let dropper = thread::spawn(move || drop(sleep));
+        let driver = {
+            let timer = timer.clone();
+            thread::spawn(move || {
+                timer.__turn();
+            })
+        };
+        dropper.join().expect("dropper");
+        driver.join().expect("driver");
+        timer.__turn();
+        let m = timer.metrics();
+        assert_eq!(m.fired + m.cancelled, 1, "{m:?}");
+    });
+}

@@ -1,0 +1,365 @@
+//! The threaded service: ordering, cancel, stop/shutdown, metrics, panics, never early.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tickwheel::{Clock, ManualClock, MissedTickBehavior, ScheduleError, TaskState, Timer};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn manual(workers: usize) -> (Timer, ManualClock) {
+    let clock = ManualClock::new();
+    let timer = Timer::builder()
+        .clock(clock.clone())
+        .worker_threads(workers)
+        .build()
+        .expect("build");
+    (timer, clock)
+}
+
+/// Waits (bounded) until `cond` holds, failing the test instead of hanging.
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < WAIT, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn fires_in_deadline_order_with_fifo_ties_on_a_manual_clock() {
+    let (timer, clock) = manual(0);
+    let order = Arc::new(Mutex::new(Vec::new()));
+    for (i, ms) in [(0, 30u64), (1, 10), (2, 20), (3, 10), (4, 20)] {
+        let order = Arc::clone(&order);
+        timer
+            .schedule(Duration::from_millis(ms), move || {
+                order.lock().expect("lock").push(i)
+            })
+            .expect("schedule");
+    }
+    clock.advance(Duration::from_millis(9));
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(
+        order.lock().expect("lock").is_empty(),
+        "nothing is due at 9 ms"
+    );
+    clock.advance(Duration::from_millis(100));
+    eventually("all five fired", || order.lock().expect("lock").len() == 5);
+    assert_eq!(*order.lock().expect("lock"), [1, 3, 2, 4, 0]);
+}
+
+#[test]
+fn a_timer_does_not_fire_before_its_deadline_on_a_manual_clock() {
+    let (timer, clock) = manual(1);
+    let (tx, rx) = mpsc::channel();
+    let handle = timer
+        .schedule(Duration::from_millis(5), move || tx.send(()).expect("send"))
+        .expect("schedule");
+    clock.advance(Duration::from_millis(4));
+    assert!(
+        rx.recv_timeout(Duration::from_millis(50)).is_err(),
+        "fired early"
+    );
+    assert_eq!(handle.state(), TaskState::Waiting);
+    clock.advance(Duration::from_millis(1));
+    rx.recv_timeout(WAIT).expect("fired at its deadline");
+    eventually("done", || handle.state() == TaskState::Done);
+}
+
+#[test]
+fn never_early_against_the_real_clock() {
+    let timer = Timer::builder()
+        .resolution(Duration::from_micros(50))
+        .build()
+        .expect("build");
+    let (tx, rx) = mpsc::channel();
+    let n = 300;
+    for i in 0..n {
+        let delay = Duration::from_micros(37 * (i % 97));
+        let deadline = Instant::now() + delay;
+        let tx = tx.clone();
+        timer
+            .schedule_at(deadline, move || {
+                tx.send((deadline, Instant::now())).expect("send")
+            })
+            .expect("schedule");
+    }
+    for _ in 0..n {
+        let (deadline, ran) = rx.recv_timeout(WAIT).expect("every timer fires");
+        assert!(ran >= deadline, "ran {:?} early", deadline - ran);
+    }
+}
+
+#[test]
+fn cancel_prevents_the_run_and_drops_the_closure_at_once() {
+    let (timer, _clock) = manual(1);
+    let token = Arc::new(());
+    let held = Arc::clone(&token);
+    let handle = timer
+        .schedule(Duration::from_secs(3600), move || drop(held))
+        .expect("schedule");
+    assert_eq!(Arc::strong_count(&token), 2);
+    assert_eq!(timer.pending(), 1);
+    assert!(handle.cancel());
+    assert_eq!(
+        Arc::strong_count(&token),
+        1,
+        "closure dropped by cancel, not at its deadline"
+    );
+    assert!(!handle.cancel());
+    assert_eq!(handle.state(), TaskState::Cancelled);
+    assert_eq!(timer.pending(), 0);
+    assert_eq!(timer.metrics().cancelled, 1);
+    assert!(timer.stop().is_empty());
+}
+
+#[test]
+fn cancel_after_the_run_returns_false() {
+    let (timer, clock) = manual(1);
+    let (tx, rx) = mpsc::channel();
+    let handle = timer
+        .schedule(Duration::from_millis(1), move || tx.send(()).expect("send"))
+        .expect("schedule");
+    clock.advance(Duration::from_millis(1));
+    rx.recv_timeout(WAIT).expect("ran");
+    eventually("done", || handle.state() == TaskState::Done);
+    assert!(!handle.cancel());
+    assert_eq!(timer.metrics().fired, 1);
+}
+
+#[test]
+fn stop_returns_every_task_that_never_ran_sorted_by_deadline() {
+    let (timer, clock) = manual(1);
+    let ran = Arc::new(AtomicUsize::new(0));
+    for s in [30u64, 10, 20] {
+        let ran = Arc::clone(&ran);
+        timer
+            .schedule(Duration::from_secs(s), move || {
+                ran.fetch_add(1, Ordering::SeqCst);
+            })
+            .expect("schedule");
+    }
+    let start = clock.now();
+    let left = timer.stop();
+    assert_eq!(left.len(), 3);
+    let offsets: Vec<_> = left.iter().map(|t| t.deadline() - start).collect();
+    assert_eq!(
+        offsets,
+        [10, 20, 30].map(Duration::from_secs),
+        "sorted by deadline"
+    );
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+    for task in left {
+        task.run();
+    }
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        3,
+        "the returned tasks are the real closures"
+    );
+    let refused = timer.schedule(Duration::ZERO, || ());
+    assert!(matches!(refused, Err(ScheduleError::Shutdown(_))));
+    assert!(timer.stop().is_empty(), "a second stop has nothing left");
+}
+
+#[test]
+fn max_pending_refuses_and_gives_the_task_back() {
+    let clock = ManualClock::new();
+    let timer = Timer::builder()
+        .clock(clock)
+        .max_pending(2)
+        .build()
+        .expect("build");
+    timer.schedule(Duration::from_secs(1), || ()).expect("1");
+    let second = timer.schedule(Duration::from_secs(1), || ()).expect("2");
+    let (tx, rx) = mpsc::channel();
+    let err = timer
+        .schedule(Duration::from_secs(1), move || tx.send(42).expect("send"))
+        .expect_err("third is over the limit");
+    assert!(err.is_full());
+    assert_eq!(err.to_string().chars().last(), Some('.'));
+    (err.into_inner())();
+    assert_eq!(rx.try_recv(), Ok(42), "the refused task comes back");
+    assert!(second.cancel());
+    timer
+        .schedule(Duration::from_secs(1), || ())
+        .expect("room again after a cancel");
+    assert_eq!(timer.metrics().rejected, 1);
+}
+
+#[test]
+fn a_panicking_callback_is_counted_and_does_not_disturb_others() {
+    let (timer, clock) = manual(1);
+    let (tx, rx) = mpsc::channel();
+    timer
+        .schedule(Duration::from_millis(1), || {
+            panic!("boom (expected by the test)")
+        })
+        .expect("schedule");
+    timer
+        .schedule(Duration::from_millis(2), move || tx.send(()).expect("send"))
+        .expect("schedule");
+    clock.advance(Duration::from_millis(2));
+    rx.recv_timeout(WAIT).expect("the second timer still fires");
+    eventually("panic counted", || timer.metrics().panicked == 1);
+}
+
+#[test]
+fn a_slow_callback_does_not_delay_other_timers() {
+    let (timer, clock) = manual(2);
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let (tx, rx) = mpsc::channel();
+    timer
+        .schedule(Duration::from_millis(1), move || {
+            let _ = release_rx.recv_timeout(WAIT);
+        })
+        .expect("slow");
+    timer
+        .schedule(Duration::from_millis(2), move || tx.send(()).expect("send"))
+        .expect("fast");
+    clock.advance(Duration::from_millis(2));
+    rx.recv_timeout(WAIT)
+        .expect("fast timer ran while the slow one blocks");
+    release_tx.send(()).expect("release");
+}
+
+#[test]
+fn graceful_shutdown_waits_for_scheduled_tasks() {
+    let timer = Timer::builder().worker_threads(1).build().expect("build");
+    let ran = Arc::new(AtomicUsize::new(0));
+    for ms in [1u64, 5, 20] {
+        let ran = Arc::clone(&ran);
+        timer
+            .schedule(Duration::from_millis(ms), move || {
+                ran.fetch_add(1, Ordering::SeqCst);
+            })
+            .expect("schedule");
+    }
+    let repeating = timer
+        .schedule_repeating(
+            Duration::from_secs(3600),
+            Duration::from_secs(1),
+            MissedTickBehavior::Skip,
+            || (),
+        )
+        .expect("repeating");
+    timer.shutdown();
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        3,
+        "every one-shot ran before shutdown returned"
+    );
+    assert_eq!(repeating.state(), TaskState::Cancelled);
+    assert!(timer
+        .schedule(Duration::ZERO, || ())
+        .expect_err("closed")
+        .is_shutdown());
+}
+
+#[test]
+fn repeating_tasks_follow_the_missed_tick_policy() {
+    for (behavior, expected_runs) in [
+        (MissedTickBehavior::Burst, 5), // due at 10,20,30,40,50: all caught up
+        (MissedTickBehavior::Skip, 1),  // jumps to the next grid point after 55
+        (MissedTickBehavior::Delay, 1), // restarts 10 after the late run
+    ] {
+        let (timer, clock) = manual(0);
+        let runs = Arc::new(AtomicUsize::new(0));
+        let r = Arc::clone(&runs);
+        let handle = timer
+            .schedule_repeating(
+                Duration::from_millis(10),
+                Duration::from_millis(10),
+                behavior,
+                move || {
+                    r.fetch_add(1, Ordering::SeqCst);
+                },
+            )
+            .expect("schedule");
+        let start = clock.now();
+        clock.advance(Duration::from_millis(55));
+        eventually("first run", || runs.load(Ordering::SeqCst) >= 1);
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(runs.load(Ordering::SeqCst), expected_runs, "{behavior:?}");
+        let next = handle.deadline() - start;
+        let expected_next = match behavior {
+            MissedTickBehavior::Burst => Duration::from_millis(60),
+            MissedTickBehavior::Skip => Duration::from_millis(60),
+            _ => Duration::from_millis(65),
+        };
+        assert_eq!(next, expected_next, "{behavior:?}");
+        assert!(handle.cancel());
+    }
+}
+
+#[test]
+fn dropping_the_last_timer_joins_its_threads() {
+    let timer = Timer::builder()
+        .worker_threads(2)
+        .thread_name("tw-drop-test")
+        .build()
+        .expect("build");
+    timer
+        .schedule(Duration::from_secs(3600), || ())
+        .expect("schedule");
+    let clone = timer.clone();
+    drop(timer);
+    drop(clone); // joins: returns only after the threads exited
+    let names = std::fs::read_dir("/proc/self/task")
+        .map(|dir| {
+            dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
+                .filter(|n| n.starts_with("tw-drop-test"))
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(names, 0, "no thread of the dropped timer is left");
+}
+
+#[test]
+fn far_deadlines_are_accepted() {
+    let (timer, _clock) = manual(0);
+    let h = timer.schedule(Duration::MAX, || ()).expect("Duration::MAX");
+    assert_eq!(h.state(), TaskState::Waiting);
+    let h2 = timer
+        .schedule(Duration::from_secs(86_400 * 365 * 100), || ())
+        .expect("a century");
+    assert!(h.cancel() && h2.cancel());
+}
+
+#[test]
+fn many_producers_schedule_and_cancel_concurrently() {
+    let timer = Timer::builder().worker_threads(1).build().expect("build");
+    let fired = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let timer = timer.clone();
+            let fired = Arc::clone(&fired);
+            std::thread::spawn(move || {
+                let mut kept = 0;
+                for i in 0..5_000u64 {
+                    let fired = Arc::clone(&fired);
+                    let h = timer
+                        .schedule(Duration::from_micros(i % 500), move || {
+                            fired.fetch_add(1, Ordering::SeqCst);
+                        })
+                        .expect("schedule");
+                    if i % 2 == 0 && h.cancel() {
+                        continue;
+                    }
+                    kept += 1;
+                }
+                kept
+            })
+        })
+        .collect();
+    let kept: usize = threads.into_iter().map(|t| t.join().expect("join")).sum();
+    eventually("all kept timers fired", || {
+        fired.load(Ordering::SeqCst) == kept
+    });
+    let m = timer.metrics();
+    assert_eq!(m.scheduled, 20_000);
+    assert_eq!(m.fired + m.cancelled, 20_000);
+    assert_eq!(timer.pending(), 0);
+}
