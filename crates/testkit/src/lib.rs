@@ -2,8 +2,10 @@
 //! structures with them. Used by the property tests, the fuzz targets and the checked-in
 //! fuzz seeds, so that each check is written once.
 
+mod proto_check;
 mod queue_model;
 mod wheel_model;
 
+pub use proto_check::check_decoder;
 pub use queue_model::{decode_queue_ops, run_queue_ops, QueueOp};
 pub use wheel_model::{decode_wheel_ops, run_wheel_ops, WheelOp};

@@ -5,7 +5,9 @@
 use std::fs;
 use std::path::PathBuf;
 
-use tickwheel_testkit::{decode_queue_ops, decode_wheel_ops, run_queue_ops, run_wheel_ops};
+use tickwheel_testkit::{
+    check_decoder, decode_queue_ops, decode_wheel_ops, run_queue_ops, run_wheel_ops,
+};
 
 fn seeds(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -49,6 +51,21 @@ fn fuzz_seeds_queue_ops() {
     );
     for (path, bytes) in seeds {
         if let Err(report) = run_queue_ops(&decode_queue_ops(&bytes)) {
+            panic!("seed {} fails:\n{report}", path.display());
+        }
+    }
+}
+
+#[test]
+fn fuzz_seeds_proto_decode() {
+    let seeds = seeds("proto_decode");
+    assert!(
+        seeds.len() >= 10,
+        "expected the checked-in seeds, found {}",
+        seeds.len()
+    );
+    for (path, bytes) in seeds {
+        if let Err(report) = check_decoder(&bytes) {
             panic!("seed {} fails:\n{report}", path.display());
         }
     }
