@@ -1,0 +1,327 @@
+//! One client connection: decode commands, run them on the engine, write the replies in
+//! order once what they report is durable.
+//!
+//! A reader task decodes and executes; a writer task waits for each reply's commit ticket and
+//! writes. The channel between them is bounded, so a client that never reads its replies
+//! stops being read from (its memory stays bounded), without slowing anyone else down.
+
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use tickwheel_proto::{yaml_list, Command, Decoder, ErrorReply, Frame, Reply};
+use tickwheel_queue::{ClientId, Error, JobState, Reserve};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::commit::Ticket;
+use crate::shared::{Pending, Shared};
+use crate::stats;
+
+/// Replies queued for the writer before the reader stops reading.
+const QUEUED_REPLIES: usize = 64;
+
+/// Serves one connection until the client quits or disconnects, or the server shuts down.
+pub(crate) async fn serve<S>(
+    shared: Arc<Shared>,
+    stream: S,
+    max_job_size: usize,
+    shutdown: CancellationToken,
+) where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let client = shared.next_client_id();
+    shared.lock().connect(client);
+    let (mut reader, writer) = tokio::io::split(stream);
+    let (replies, queue) = mpsc::channel::<Pending>(QUEUED_REPLIES);
+    let writer_task = tokio::spawn(write_replies(writer, queue));
+    let outcome = read_commands(
+        &shared,
+        client,
+        &mut reader,
+        &replies,
+        max_job_size,
+        &shutdown,
+    )
+    .await;
+    if let Err(error) = outcome {
+        tracing::debug!(client = client.0, %error, "connection closed with an error");
+    }
+    {
+        let mut engine = shared.lock();
+        engine.disconnect(shared.now(), client);
+        shared.after_op(&mut engine);
+    }
+    drop(replies);
+    let _ = writer_task.await;
+}
+
+async fn write_replies<W: AsyncWrite>(
+    writer: W,
+    mut queue: mpsc::Receiver<Pending>,
+) -> std::io::Result<()> {
+    tokio::pin!(writer);
+    let mut out = BytesMut::with_capacity(256);
+    while let Some((ticket, reply)) = queue.recv().await {
+        let reply = match ticket.wait().await {
+            Ok(()) => reply,
+            Err(_) => Reply::InternalError,
+        };
+        reply.encode(&mut out);
+        // Gather what else is ready so a pipelining client gets one write, not many.
+        while let Ok((ticket, reply)) = queue.try_recv() {
+            let reply = match ticket.wait().await {
+                Ok(()) => reply,
+                Err(_) => Reply::InternalError,
+            };
+            reply.encode(&mut out);
+            if out.len() > 64 * 1024 {
+                break;
+            }
+        }
+        writer.write_all(&out).await?;
+        out.clear();
+    }
+    writer.flush().await
+}
+
+async fn read_commands<R: AsyncRead + Unpin>(
+    shared: &Arc<Shared>,
+    client: ClientId,
+    reader: &mut R,
+    replies: &mpsc::Sender<Pending>,
+    max_job_size: usize,
+    shutdown: &CancellationToken,
+) -> std::io::Result<()> {
+    let mut decoder = Decoder::new(max_job_size);
+    let mut buf = BytesMut::with_capacity(1024);
+    loop {
+        while let Some(frame) = decoder.decode(&mut buf) {
+            let command = match frame {
+                Frame::Command(Command::Quit) => return Ok(()),
+                Frame::Command(command) => command,
+                Frame::Error(error) => {
+                    send(replies, Ticket::done(), Reply::Error(error)).await?;
+                    continue;
+                }
+            };
+            let (ticket, outcome) = execute(shared, client, command);
+            let reply = match outcome {
+                Outcome::Reply(reply) => reply,
+                Outcome::Wait(events) => {
+                    wait_for_job(shared, client, events, reader, &mut buf, shutdown).await?
+                }
+            };
+            send(replies, ticket, reply).await?;
+        }
+        tokio::select! {
+            read = reader.read_buf(&mut buf) => {
+                if read? == 0 {
+                    return Ok(());
+                }
+            }
+            () = shutdown.cancelled() => return Ok(()),
+        }
+    }
+}
+
+async fn send(
+    replies: &mpsc::Sender<Pending>,
+    ticket: Ticket,
+    reply: Reply,
+) -> std::io::Result<()> {
+    replies
+        .send((ticket, reply))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "writer gone"))
+}
+
+/// What a command leads to.
+enum Outcome {
+    Reply(Reply),
+    /// The client waits in `reserve`; its answer will come on this channel.
+    Wait(mpsc::Receiver<Pending>),
+}
+
+/// Blocks the connection in `reserve` until the engine answers it, the client hangs up
+/// (`TIMED_OUT`, as beanstalkd answers a half-closed connection) or the server stops.
+async fn wait_for_job<R: AsyncRead + Unpin>(
+    shared: &Arc<Shared>,
+    client: ClientId,
+    mut rx: mpsc::Receiver<Pending>,
+    reader: &mut R,
+    buf: &mut BytesMut,
+    shutdown: &CancellationToken,
+) -> std::io::Result<Reply> {
+    let answer = loop {
+        tokio::select! {
+            event = rx.recv() => break event,
+            read = reader.read_buf(buf), if buf.len() < 64 * 1024 => {
+                if read? == 0 {
+                    // Half-closed: stop waiting.
+                    break None;
+                }
+                // Pipelined commands wait in the buffer until the reserve is answered.
+            }
+            () = shutdown.cancelled() => break None,
+        }
+    };
+    shared
+        .waiters
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&client);
+    match answer {
+        Some((ticket, reply)) => Ok(match ticket.wait().await {
+            Ok(()) => reply,
+            Err(_) => Reply::InternalError,
+        }),
+        None => Ok(Reply::TimedOut),
+    }
+}
+
+/// Runs one command on the engine (under its lock) and returns the reply and the ticket it
+/// waits for.
+fn execute(shared: &Shared, client: ClientId, command: Command) -> (Ticket, Outcome) {
+    use Outcome::Reply as R;
+    let now = shared.now();
+    let mut engine = shared.lock();
+    let not_found = |r: Result<(), Error>, ok: Reply| match r {
+        Ok(()) => ok,
+        Err(_) => Reply::NotFound,
+    };
+    let outcome = match command {
+        Command::Put {
+            priority,
+            delay,
+            ttr,
+            body,
+        } => R(
+            match engine.put(now, client, priority, secs(delay), secs(ttr), body) {
+                Ok(id) => Reply::Inserted(id),
+                Err(Error::Draining) => Reply::Draining,
+                Err(Error::JobTooBig) => Reply::Error(ErrorReply::JobTooBig),
+                Err(_) => Reply::InternalError,
+            },
+        ),
+        Command::Use(tube) => {
+            engine.use_tube(now, client, &tube);
+            R(Reply::Using(tube))
+        }
+        Command::Reserve => reserve(shared, &mut engine, now, client, None),
+        Command::ReserveWithTimeout(timeout) => {
+            shared
+                .counters
+                .reserve_with_timeout
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            reserve(shared, &mut engine, now, client, timeout.map(secs))
+        }
+        Command::ReserveJob(id) => R(match engine.reserve_job(now, client, id) {
+            Ok(job) => Reply::Reserved(job.id, job.body),
+            Err(_) => Reply::NotFound,
+        }),
+        Command::Delete(id) => R(not_found(engine.delete(now, client, id), Reply::Deleted)),
+        Command::Release {
+            id,
+            priority,
+            delay,
+        } => R(not_found(
+            engine.release(now, client, id, priority, secs(delay)),
+            Reply::Released,
+        )),
+        Command::Bury { id, priority } => R(not_found(
+            engine.bury(now, client, id, priority),
+            Reply::Buried,
+        )),
+        Command::Touch(id) => R(not_found(engine.touch(now, client, id), Reply::Touched)),
+        Command::Watch(tube) => R(Reply::Watching(engine.watch(now, client, &tube))),
+        Command::Ignore(tube) => R(match engine.ignore(now, client, &tube) {
+            Ok(n) => Reply::Watching(n),
+            Err(_) => Reply::NotIgnored,
+        }),
+        Command::Peek(id) => R(found(engine.peek(now, id))),
+        Command::PeekReady => R(found(engine.peek_state(now, client, JobState::Ready))),
+        Command::PeekDelayed => R(found(engine.peek_state(now, client, JobState::Delayed))),
+        Command::PeekBuried => R(found(engine.peek_state(now, client, JobState::Buried))),
+        Command::Kick(bound) => R(Reply::Kicked(engine.kick(now, client, bound))),
+        Command::KickJob(id) => R(not_found(engine.kick_job(now, id), Reply::KickedJob)),
+        Command::StatsJob(id) => {
+            bump(&shared.counters.stats_job);
+            engine.advance(now);
+            R(engine
+                .job_stats(id)
+                .map_or(Reply::NotFound, |s| Reply::Ok(stats::job(&s))))
+        }
+        Command::StatsTube(tube) => {
+            bump(&shared.counters.stats_tube);
+            engine.advance(now);
+            R(engine
+                .tube_stats(&tube)
+                .map_or(Reply::NotFound, |s| Reply::Ok(stats::tube(&s))))
+        }
+        Command::Stats => {
+            bump(&shared.counters.stats);
+            engine.advance(now);
+            R(Reply::Ok(stats::server(shared, &engine.stats())))
+        }
+        Command::ListTubes => {
+            bump(&shared.counters.list_tubes);
+            let names = engine.tube_names();
+            R(Reply::Ok(yaml_list(names.iter().map(|t| t.as_str()))))
+        }
+        Command::ListTubeUsed => {
+            bump(&shared.counters.list_tube_used);
+            R(engine
+                .used_tube(client)
+                .map_or(Reply::InternalError, |t| Reply::Using(t.clone())))
+        }
+        Command::ListTubesWatched => {
+            bump(&shared.counters.list_tubes_watched);
+            let names = engine.watched_tubes(client);
+            R(Reply::Ok(yaml_list(names.iter().map(|t| t.as_str()))))
+        }
+        Command::PauseTube(tube, delay) => R(not_found(
+            engine.pause_tube(now, &tube, secs(delay)),
+            Reply::Paused,
+        )),
+        Command::Quit => R(Reply::InternalError), // handled by the reader
+    };
+    let ticket = shared.after_op(&mut engine);
+    (ticket, outcome)
+}
+
+fn reserve(
+    shared: &Shared,
+    engine: &mut tickwheel_queue::Engine,
+    now: u64,
+    client: ClientId,
+    timeout: Option<u64>,
+) -> Outcome {
+    match engine.reserve(now, client, timeout) {
+        Reserve::Job(job) => Outcome::Reply(Reply::Reserved(job.id, job.body)),
+        Reserve::DeadlineSoon => Outcome::Reply(Reply::DeadlineSoon),
+        Reserve::TimedOut => Outcome::Reply(Reply::TimedOut),
+        Reserve::Waiting => {
+            // Registered before the engine lock is released, so no answer can be missed.
+            let (tx, rx) = mpsc::channel::<Pending>(1);
+            shared
+                .waiters
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(client, tx);
+            Outcome::Wait(rx)
+        }
+    }
+}
+
+fn found(job: Option<tickwheel_queue::JobView>) -> Reply {
+    job.map_or(Reply::NotFound, |j| Reply::Found(j.id, j.body))
+}
+
+fn secs(seconds: u32) -> u64 {
+    u64::from(seconds) * 1000
+}
+
+fn bump(counter: &std::sync::atomic::AtomicU64) {
+    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}

@@ -1,0 +1,236 @@
+//! `tickwheel-server`: a durable delayed-job server speaking the beanstalkd protocol.
+//!
+//! Any beanstalkd client works unchanged. Unlike beanstalkd's defaults, every reply that
+//! reports a change (`INSERTED`, `DELETED`, `RELEASED`, …) is sent only once the change is
+//! on disk (fsynced, shared by concurrent clients: group commit); `--fsync-every MS` (`-f`)
+//! and `-F` trade that for speed as beanstalkd does, and `--in-memory` keeps nothing.
+//!
+//! The layers: [`tickwheel_proto`] decodes commands, [`tickwheel_queue::Engine`] runs them
+//! (a deterministic state machine on a timing wheel), [`tickwheel_store`] makes them durable.
+//! This crate wires them to sockets, a clock and a commit thread.
+//!
+//! ```no_run
+//! use tickwheel_server::{Config, Listener, Server};
+//!
+//! # async fn demo() -> anyhow::Result<()> {
+//! let config = Config { data_dir: Some("jobs".into()), ..Config::default() };
+//! let server = Server::open(&config)?;
+//! let listener = Listener::bind("127.0.0.1:11300").await?;
+//! server.run(listener, tokio_util::sync::CancellationToken::new()).await;
+//! # Ok(())
+//! # }
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod commit;
+mod conn;
+mod shared;
+mod stats;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tickwheel_queue::Engine;
+use tickwheel_store::{DiskOptions, DiskStore, Durability, MemStore, Store};
+use tokio::net::{TcpListener, UnixListener};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::commit::Committer;
+use crate::shared::Shared;
+
+/// Server settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where jobs are stored; `None` keeps them in memory only.
+    pub data_dir: Option<PathBuf>,
+    /// When a write is acknowledged.
+    pub durability: Durability,
+    /// The largest job body accepted (beanstalkd's `-z`).
+    pub max_job_size: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            data_dir: Some(PathBuf::from("tickwheel-data")),
+            durability: Durability::Sync,
+            max_job_size: 65_535,
+        }
+    }
+}
+
+/// Where the server listens.
+pub enum Listener {
+    /// TCP.
+    Tcp(TcpListener),
+    /// A Unix domain socket.
+    Unix(UnixListener),
+}
+
+impl Listener {
+    /// Binds `addr`: `host:port`, or `unix:PATH` for a Unix socket (a stale socket file is
+    /// replaced).
+    ///
+    /// # Errors
+    ///
+    /// The bind error, with the address (e.g. the port is in use).
+    pub async fn bind(addr: &str) -> anyhow::Result<Listener> {
+        if let Some(path) = addr.strip_prefix("unix:") {
+            let _ = std::fs::remove_file(path);
+            let listener = UnixListener::bind(path)
+                .with_context(|| format!("cannot listen on unix socket {path}"))?;
+            return Ok(Listener::Unix(listener));
+        }
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        Ok(Listener::Tcp(listener))
+    }
+
+    /// The bound TCP address, if TCP.
+    #[must_use]
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        match self {
+            Listener::Tcp(l) => l.local_addr().ok(),
+            Listener::Unix(_) => None,
+        }
+    }
+}
+
+/// A server with its jobs recovered, ready to [`run`](Server::run).
+pub struct Server {
+    shared: Arc<Shared>,
+    max_job_size: usize,
+    recovered_jobs: usize,
+}
+
+impl Server {
+    /// Opens the store (creating the data directory if needed), recovers every job and starts
+    /// the commit thread.
+    ///
+    /// # Errors
+    ///
+    /// The data directory cannot be created or opened, or its contents are corrupt (the error
+    /// names the file and offset where the store can tell).
+    pub fn open(config: &Config) -> anyhow::Result<Server> {
+        let store: Arc<dyn Store> = match &config.data_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("cannot create data directory {}", dir.display()))?;
+                let store =
+                    DiskStore::open(dir, DiskOptions::with_durability(config.durability))
+                        .with_context(|| format!("cannot open data directory {}", dir.display()))?;
+                Arc::new(store)
+            }
+            None => Arc::new(MemStore::new()),
+        };
+        let recovered = store
+            .recover(u64::MAX)
+            .context("cannot recover the stored jobs")?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let recovered_jobs = recovered.resident.len();
+        let engine = Engine::recover(
+            tickwheel_queue::Config {
+                max_job_size: config.max_job_size,
+            },
+            now,
+            recovered.next_id,
+            recovered.resident.into_iter().map(commit::from_stored),
+        );
+        let committer = Committer::start(store).context("cannot start the commit thread")?;
+        Ok(Server {
+            shared: Arc::new(Shared::new(engine, committer)),
+            max_job_size: config.max_job_size,
+            recovered_jobs,
+        })
+    }
+
+    /// Number of jobs recovered from the store.
+    #[must_use]
+    pub fn recovered_jobs(&self) -> usize {
+        self.recovered_jobs
+    }
+
+    /// A handle for controlling the running server from elsewhere (e.g. a signal handler).
+    #[must_use]
+    pub fn handle(&self) -> Handle {
+        Handle {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Serves connections until `shutdown` is cancelled; then stops accepting, lets the
+    /// connections finish the command in hand, and returns once everything acknowledged is
+    /// durable.
+    pub async fn run(self, listener: Listener, shutdown: CancellationToken) {
+        let tracker = TaskTracker::new();
+        tracker.spawn(shared::drive_timers(self.shared.clone(), shutdown.clone()));
+        loop {
+            let accepted = tokio::select! {
+                () = shutdown.cancelled() => break,
+                accepted = accept(&listener) => accepted,
+            };
+            match accepted {
+                Ok(Stream::Tcp(stream)) => {
+                    let _ = stream.set_nodelay(true);
+                    tracker.spawn(conn::serve(
+                        self.shared.clone(),
+                        stream,
+                        self.max_job_size,
+                        shutdown.clone(),
+                    ));
+                }
+                Ok(Stream::Unix(stream)) => {
+                    tracker.spawn(conn::serve(
+                        self.shared.clone(),
+                        stream,
+                        self.max_job_size,
+                        shutdown.clone(),
+                    ));
+                }
+                Err(error) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            }
+        }
+        tracker.close();
+        tracker.wait().await;
+        // Every connection has finished; wait for the commits they queued.
+        let last = self.shared.last_ticket();
+        if let Err(error) = last.wait().await {
+            tracing::error!(%error, "the last writes could not be made durable");
+        }
+    }
+}
+
+/// Controls a running [`Server`].
+#[derive(Clone)]
+pub struct Handle {
+    shared: Arc<Shared>,
+}
+
+impl Handle {
+    /// Puts the server in drain mode (`put` answers `DRAINING`), as beanstalkd on `SIGUSR1`.
+    pub fn set_draining(&self, draining: bool) {
+        self.shared.lock().set_draining(draining);
+    }
+}
+
+enum Stream {
+    Tcp(tokio::net::TcpStream),
+    Unix(tokio::net::UnixStream),
+}
+
+async fn accept(listener: &Listener) -> std::io::Result<Stream> {
+    match listener {
+        Listener::Tcp(l) => l.accept().await.map(|(s, _)| Stream::Tcp(s)),
+        Listener::Unix(l) => l.accept().await.map(|(s, _)| Stream::Unix(s)),
+    }
+}

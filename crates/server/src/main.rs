@@ -1,0 +1,148 @@
+//! `tickwheel-server`: command line, logging and signals; the server itself is the library.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::Parser;
+use tickwheel_server::{Config, Listener, Server};
+use tickwheel_store::Durability;
+use tokio_util::sync::CancellationToken;
+
+/// A durable delayed-job server that speaks the beanstalkd protocol.
+///
+/// Flags mean what they mean to beanstalkd, with safer defaults: jobs are stored in a data
+/// directory (`-b`, default ./tickwheel-data) and every change is fsynced before it is
+/// acknowledged. `-f MS` acknowledges before the fsync (fsync at most every MS ms, as
+/// beanstalkd's default -f 50), `-F` never fsyncs, `--in-memory` stores nothing (beanstalkd
+/// without -b).
+#[derive(Parser, Debug)]
+#[command(name = "tickwheel-server", disable_version_flag = true)]
+struct Args {
+    /// Listen on ADDR (an IP address or host name), or on a Unix socket with unix:PATH.
+    #[arg(short = 'l', value_name = "ADDR", default_value = "0.0.0.0")]
+    listen: String,
+    /// Listen on PORT.
+    #[arg(short = 'p', value_name = "PORT", default_value_t = 11300)]
+    port: u16,
+    /// Store jobs in DIR (created if missing).
+    #[arg(short = 'b', value_name = "DIR", default_value = "tickwheel-data")]
+    data_dir: PathBuf,
+    /// Acknowledge writes before they are fsynced, fsyncing at most every MS milliseconds
+    /// (a power cut may lose up to MS ms of acknowledged writes; a crash of the process loses
+    /// nothing).
+    #[arg(short = 'f', value_name = "MS")]
+    fsync_every: Option<u64>,
+    /// Never fsync (survives a crash of the process, not of the machine).
+    #[arg(short = 'F')]
+    no_fsync: bool,
+    /// Keep jobs in memory only: a restart loses them all.
+    #[arg(long)]
+    in_memory: bool,
+    /// Maximum job size in bytes.
+    #[arg(short = 'z', value_name = "BYTES", default_value_t = 65_535)]
+    max_job_size: usize,
+    /// Accepted for compatibility with beanstalkd (binlog file size); the store manages its
+    /// own files.
+    #[arg(short = 's', value_name = "BYTES")]
+    binlog_size: Option<u64>,
+    /// Print the version and exit.
+    #[arg(short = 'v', long = "version")]
+    version: bool,
+    /// More logging (repeatable); RUST_LOG overrides.
+    #[arg(short = 'V', action = clap::ArgAction::Count)]
+    verbose: u8,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if args.version {
+        println!("tickwheel-server {}", env!("CARGO_PKG_VERSION"));
+        return Ok(());
+    }
+    let level = match args.verbose {
+        0 => "info",
+        1 => "debug",
+        _ => "trace",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let durability = match (args.no_fsync, args.fsync_every) {
+        (true, _) => Durability::None,
+        (false, Some(ms)) if ms > 0 => Durability::Periodic { interval_ms: ms },
+        _ => Durability::Sync,
+    };
+    let config = Config {
+        data_dir: (!args.in_memory).then_some(args.data_dir),
+        durability,
+        max_job_size: args.max_job_size,
+    };
+    let _ = args.binlog_size;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("tickwheel-io")
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(serve(args.listen, args.port, config))
+}
+
+async fn serve(listen: String, port: u16, config: Config) -> anyhow::Result<()> {
+    let addr = if listen.starts_with("unix:") {
+        listen
+    } else if listen.contains(':') && !listen.starts_with('[') {
+        format!("[{listen}]:{port}") // a bare IPv6 address
+    } else {
+        format!("{listen}:{port}")
+    };
+    let server = Server::open(&config)?;
+    let listener = Listener::bind(&addr).await?;
+    tracing::info!(
+        %addr,
+        data_dir = ?config.data_dir,
+        durability = ?config.durability,
+        recovered_jobs = server.recovered_jobs(),
+        "tickwheel-server listening"
+    );
+    let shutdown = CancellationToken::new();
+    let signals = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_stop_signal().await;
+        tracing::info!("shutting down: no new connections, finishing in-flight writes");
+        signals.cancel();
+    });
+    if let Some(mut usr1) = server_drain_signal() {
+        let handle = server.handle();
+        tokio::spawn(async move {
+            while usr1.recv().await.is_some() {
+                tracing::info!("SIGUSR1: entering drain mode");
+                handle.set_draining(true);
+            }
+        });
+    }
+    server.run(listener, shutdown).await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn server_drain_signal() -> Option<tokio::signal::unix::Signal> {
+    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).ok()
+}
+
+async fn wait_for_stop_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+}

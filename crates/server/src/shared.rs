@@ -1,0 +1,173 @@
+//! State shared by the connections and the timer driver.
+//!
+//! # Ground rules
+//!
+//! - The engine is only touched with `engine` locked, and the lock is never held across an
+//!   `.await`: an operation, its `take_changes` / `take_events`, the submission of the changes
+//!   to the committer and the hand-off of events to waiting clients all happen in one critical
+//!   section, so the commit order is the engine order.
+//! - A waiting client (blocked in `reserve`) has an entry in `waiters`; an event for it is sent
+//!   there together with the ticket of the commit it depends on.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use tickwheel_proto::Reply;
+use tickwheel_queue::{ClientId, Engine, Event, Millis};
+use tokio::sync::{mpsc, Notify};
+
+use crate::commit::{Committer, Ticket};
+
+/// A reply to send once its commit is durable.
+pub(crate) type Pending = (Ticket, Reply);
+
+/// Counters of the commands the engine does not see.
+#[derive(Default)]
+pub(crate) struct ServerCounters {
+    pub(crate) reserve_with_timeout: AtomicU64,
+    pub(crate) stats: AtomicU64,
+    pub(crate) stats_job: AtomicU64,
+    pub(crate) stats_tube: AtomicU64,
+    pub(crate) list_tubes: AtomicU64,
+    pub(crate) list_tube_used: AtomicU64,
+    pub(crate) list_tubes_watched: AtomicU64,
+}
+
+pub(crate) struct Shared {
+    pub(crate) engine: Mutex<Engine>,
+    pub(crate) committer: Committer,
+    /// The ticket of the latest batch submitted: a reply that changed nothing still waits for
+    /// it, so no client ever sees state that is not durable yet.
+    last_ticket: Mutex<Ticket>,
+    pub(crate) waiters: Mutex<HashMap<ClientId, mpsc::Sender<Pending>>>,
+    /// Wakes the timer driver when an earlier deadline appears.
+    pub(crate) timer_changed: Notify,
+    pub(crate) driver_target: AtomicU64,
+    next_client: AtomicU64,
+    pub(crate) counters: ServerCounters,
+    pub(crate) started: Instant,
+    pub(crate) instance_id: String,
+    /// Largest clock reading handed to the engine (the engine's clock never runs backwards).
+    clock: AtomicU64,
+}
+
+impl Shared {
+    pub(crate) fn new(engine: Engine, committer: Committer) -> Shared {
+        let started = Instant::now();
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        Shared {
+            engine: Mutex::new(engine),
+            committer,
+            last_ticket: Mutex::new(Ticket::done()),
+            waiters: Mutex::new(HashMap::new()),
+            timer_changed: Notify::new(),
+            driver_target: AtomicU64::new(u64::MAX),
+            next_client: AtomicU64::new(1),
+            counters: ServerCounters::default(),
+            started,
+            instance_id: format!(
+                "{:016x}",
+                (nanos as u64) ^ u64::from(std::process::id()).rotate_left(32)
+            ),
+            clock: AtomicU64::new(0),
+        }
+    }
+
+    /// Wall-clock milliseconds since the Unix epoch: delays are stored as absolute times so
+    /// they survive restarts.
+    pub(crate) fn now(&self) -> Millis {
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.clock.fetch_max(wall, Ordering::Relaxed).max(wall)
+    }
+
+    /// The ticket of the latest batch submitted.
+    pub(crate) fn last_ticket(&self) -> Ticket {
+        self.last_ticket
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn next_client_id(&self) -> ClientId {
+        ClientId(self.next_client.fetch_add(1, Ordering::Relaxed))
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
+        // A panic while holding the lock cannot leave the engine half-updated in a way that
+        // matters more than stopping would: keep serving.
+        self.engine
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Call with the engine locked after an operation: submits its changes, hands its events
+    /// to the waiting clients, wakes the timer driver if needed, and returns the ticket the
+    /// operation's own reply must wait for.
+    pub(crate) fn after_op(&self, engine: &mut Engine) -> Ticket {
+        let changes = engine.take_changes();
+        let mut last = self.last_ticket.lock().unwrap_or_else(|p| p.into_inner());
+        if !changes.is_empty() {
+            *last = self.committer.submit(changes);
+        }
+        let ticket = last.clone();
+        drop(last);
+        let events = engine.take_events();
+        if !events.is_empty() {
+            let waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+            for event in events {
+                let (client, reply) = match event {
+                    Event::Reserved { client, job } => (client, Reply::Reserved(job.id, job.body)),
+                    Event::TimedOut { client } => (client, Reply::TimedOut),
+                    Event::DeadlineSoon { client } => (client, Reply::DeadlineSoon),
+                };
+                if let Some(tx) = waiters.get(&client) {
+                    // Capacity 1 and one wait at a time: this never fails for a live waiter.
+                    let _ = tx.try_send((ticket.clone(), reply));
+                }
+            }
+        }
+        if let Some(next) = engine.next_deadline() {
+            if next < self.driver_target.load(Ordering::Acquire) {
+                self.timer_changed.notify_one();
+            }
+        }
+        ticket
+    }
+}
+
+/// Runs the engine's timers: sleeps until the next deadline (or an earlier one appears),
+/// then advances the engine.
+pub(crate) async fn drive_timers(
+    shared: Arc<Shared>,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        let next = {
+            let mut engine = shared.lock();
+            let now = shared.now();
+            engine.advance(now);
+            shared.after_op(&mut engine);
+            engine.next_deadline()
+        };
+        let target = next.unwrap_or(u64::MAX);
+        shared.driver_target.store(target, Ordering::Release);
+        let sleep = match next {
+            Some(deadline) => {
+                let wait = deadline.saturating_sub(shared.now());
+                tokio::time::sleep(std::time::Duration::from_millis(wait))
+            }
+            None => tokio::time::sleep(std::time::Duration::from_secs(3600)),
+        };
+        tokio::select! {
+            () = sleep => {}
+            () = shared.timer_changed.notified() => {}
+            () = shutdown.cancelled() => return,
+        }
+    }
+}
