@@ -66,6 +66,37 @@ struct Job {
     body: Bytes,
 }
 
+impl Job {
+    fn new(
+        tube: TubeId,
+        priority: u32,
+        ttr: Millis,
+        delay: Millis,
+        created: Millis,
+        body: Bytes,
+    ) -> Job {
+        Job {
+            tube,
+            priority,
+            ttr,
+            delay,
+            created,
+            state: JobState::Ready,
+            deadline: 0,
+            owner: None,
+            timer: None,
+            warned: false,
+            bury_seq: 0,
+            reserves: 0,
+            timeouts: 0,
+            releases: 0,
+            buries: 0,
+            kicks: 0,
+            body,
+        }
+    }
+}
+
 struct Client {
     used: TubeId,
     watched: Vec<TubeId>,
@@ -152,28 +183,9 @@ impl Engine {
             let tube = engine.tube_ref(
                 &TubeName::new(&record.tube).unwrap_or_else(|_| TubeName::default_tube()),
             );
-            let job = Job {
-                tube,
-                priority: record.priority,
-                ttr: record.ttr,
-                delay: 0,
-                created: record.created.min(now),
-                state: JobState::Ready,
-                deadline: 0,
-                owner: None,
-                timer: None,
-                warned: false,
-                bury_seq: 0,
-                reserves: 0,
-                timeouts: 0,
-                releases: 0,
-                buries: 0,
-                kicks: 0,
-                body: record.body,
-            };
-            engine.jobs.insert(record.id, job);
-            engine.tube_mut(tube).total_jobs += 1;
-            engine.total_jobs += 1;
+            let created = record.created.min(now);
+            let job = Job::new(tube, record.priority, record.ttr, 0, created, record.body);
+            engine.add_job(record.id, job);
             match record.state {
                 DurableState::Ready => engine.enter_ready(record.id),
                 DurableState::Buried => engine.enter_buried(record.id),
@@ -447,30 +459,7 @@ impl Engine {
             created: now,
             body: body.clone(),
         }));
-        self.jobs.insert(
-            id,
-            Job {
-                tube,
-                priority,
-                ttr,
-                delay,
-                created: now,
-                state: JobState::Ready,
-                deadline: 0,
-                owner: None,
-                timer: None,
-                warned: false,
-                bury_seq: 0,
-                reserves: 0,
-                timeouts: 0,
-                releases: 0,
-                buries: 0,
-                kicks: 0,
-                body,
-            },
-        );
-        self.tube_mut(tube).total_jobs += 1;
-        self.total_jobs += 1;
+        self.add_job(id, Job::new(tube, priority, ttr, delay, now, body));
         if delay == 0 {
             self.enter_ready(id);
         } else {
@@ -1151,6 +1140,14 @@ impl Engine {
 
     fn tube_mut(&mut self, tube: TubeId) -> &mut Tube {
         self.tubes[tube as usize].as_mut().expect("tube exists")
+    }
+
+    /// Registers a new job (not yet in any state's queue) and counts it.
+    fn add_job(&mut self, id: JobId, job: Job) {
+        let tube = job.tube;
+        self.jobs.insert(id, job);
+        self.tube_mut(tube).total_jobs += 1;
+        self.total_jobs += 1;
     }
 
     fn job_mut(&mut self, id: JobId) -> &mut Job {
