@@ -19,6 +19,8 @@ pub(crate) struct Tube {
     pub(crate) delayed: BTreeSet<(Millis, JobId)>,
     /// Buried jobs in bury order (a FIFO keyed by a sequence number).
     pub(crate) buried: BTreeMap<u64, JobId>,
+    /// Delayed jobs of this tube that are not in memory (see `Engine::window_load`).
+    pub(crate) far_delayed: u64,
     pub(crate) reserved: u64,
     pub(crate) using: u64,
     pub(crate) watching: u64,
@@ -46,6 +48,7 @@ impl Tube {
             urgent: 0,
             delayed: BTreeSet::new(),
             buried: BTreeMap::new(),
+            far_delayed: 0,
             reserved: 0,
             using: 0,
             watching: 0,
@@ -76,6 +79,7 @@ impl Tube {
         self.ready.is_empty()
             && self.delayed.is_empty()
             && self.buried.is_empty()
+            && self.far_delayed == 0
             && self.reserved == 0
             && self.using == 0
             && self.watching == 0

@@ -186,7 +186,13 @@ fn reserved_jobs_of_a_closed_connection_become_ready() {
 
 #[test]
 fn drain_mode_and_size_limit_refuse_puts() {
-    let mut e = Engine::new(Config { max_job_size: 4 }, 0);
+    let mut e = Engine::new(
+        Config {
+            max_job_size: 4,
+            ..Config::default()
+        },
+        0,
+    );
     e.connect(A);
     assert_eq!(
         e.put(0, A, 0, 0, 1000, body("12345")),
@@ -251,4 +257,102 @@ fn restart_restores_durable_states_and_never_reuses_ids() {
     assert!(fresh > gone, "id {fresh} reused (last was {gone})");
     e.advance(10_000);
     assert_eq!(e.job_state(delayed), Some(JobState::Ready));
+}
+
+fn windowed(window: u64) -> Engine {
+    let mut e = Engine::new(
+        Config {
+            window: Some(window),
+            ..Config::default()
+        },
+        0,
+    );
+    e.connect(A);
+    e.connect(B);
+    e
+}
+
+/// The durable record of every job put so far, as a store would hold it.
+fn records(changes: &[Change]) -> std::collections::BTreeMap<u64, tickwheel_queue::JobRecord> {
+    let mut map = std::collections::BTreeMap::new();
+    for change in changes {
+        match change {
+            Change::Put(r) => {
+                map.insert(r.id, r.clone());
+            }
+            Change::Update {
+                id,
+                state,
+                priority,
+            } => {
+                if let Some(r) = map.get_mut(id) {
+                    r.state = *state;
+                    r.priority = *priority;
+                }
+            }
+            Change::Delete { id } => {
+                map.remove(id);
+            }
+            Change::ReserveIds { .. } => {}
+        }
+    }
+    map
+}
+
+#[test]
+fn far_jobs_stay_out_of_memory_until_their_window() {
+    let mut e = windowed(10_000);
+    let near = put(&mut e, 0, 0, 5_000, 1000, "near");
+    let far = put(&mut e, 0, 0, 60_000, 1000, "far");
+    let changes = e.take_changes();
+    assert!(
+        e.needs_load(far),
+        "a job due beyond the window is not in memory"
+    );
+    assert!(!e.needs_load(near));
+    assert_eq!(e.job_count(), 2);
+    assert_eq!(e.stats().delayed, 2, "far jobs still count as delayed");
+    // The engine asks to move the window once half of it has passed.
+    assert_eq!(e.next_deadline(), Some(5_000));
+    e.advance(5_000);
+    assert_eq!(e.window_load(5_000), Some((10_000, 15_000)));
+    e.load_window(Vec::new());
+    // Further on, the far job's range is loaded from the store and it fires on time.
+    let store = records(&changes);
+    let mut now = 5_000;
+    while e.needs_load(far) {
+        now = e.next_deadline().expect("a window move is due");
+        e.advance(now);
+        if let Some((from, to)) = e.window_load(now) {
+            let due: Vec<_> = store
+                .values()
+                .filter(|r| matches!(r.state, DurableState::Delayed { until } if until >= from && until < to))
+                .cloned()
+                .collect();
+            e.load_window(due);
+        }
+    }
+    assert!(now < 60_000, "loaded before it is due (at {now})");
+    e.advance(59_999);
+    assert_eq!(e.job_state(far), Some(JobState::Delayed));
+    e.advance(60_000);
+    assert_eq!(e.job_state(far), Some(JobState::Ready));
+}
+
+#[test]
+fn a_window_load_racing_a_delete_does_not_resurrect_the_job() {
+    let mut e = windowed(10_000);
+    let far = put(&mut e, 0, 0, 12_000, 1000, "far");
+    let store = records(&e.take_changes());
+    e.advance(5_000);
+    let (from, to) = e.window_load(5_000).expect("window move due");
+    assert!((from..to).contains(&12_000));
+    // The store is read for the load; meanwhile a client deletes the job by id.
+    let stale_read: Vec<_> = store.values().cloned().collect();
+    assert!(e.needs_load(far));
+    e.load_job(store[&far].clone());
+    e.delete(5_000, A, far).expect("loaded job can be deleted");
+    e.load_window(stale_read);
+    assert_eq!(e.job_state(far), None, "the deleted job came back");
+    assert_eq!(e.job_count(), 0);
 }

@@ -105,6 +105,11 @@ async fn read_commands<R: AsyncRead + Unpin>(
                     continue;
                 }
             };
+            if let Err(error) = prepare(shared, client, &command).await {
+                tracing::error!(%error, "cannot read jobs from the store");
+                send(replies, Ticket::done(), Reply::InternalError).await?;
+                continue;
+            }
             let (ticket, outcome) = execute(shared, client, command);
             let reply = match outcome {
                 Outcome::Reply(reply) => reply,
@@ -134,6 +139,25 @@ async fn send(
         .send((ticket, reply))
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "writer gone"))
+}
+
+/// Brings into memory what a command needs that may be on disk only: a far job named by id,
+/// or a tube's earliest far jobs for `peek-delayed` and `kick`.
+async fn prepare(
+    shared: &Shared,
+    client: ClientId,
+    command: &Command,
+) -> Result<(), tickwheel_store::StoreError> {
+    match *command {
+        Command::ReserveJob(id)
+        | Command::Delete(id)
+        | Command::KickJob(id)
+        | Command::Peek(id)
+        | Command::StatsJob(id) => shared.load_job(id).await,
+        Command::PeekDelayed => shared.load_for_tube(client, 1, false).await,
+        Command::Kick(bound) => shared.load_for_tube(client, bound, true).await,
+        _ => Ok(()),
+    }
 }
 
 /// What a command leads to.

@@ -41,6 +41,9 @@ use tokio_util::task::TaskTracker;
 use crate::commit::Committer;
 use crate::shared::Shared;
 
+/// The default memory window: ten minutes of delayed jobs in memory.
+pub const DEFAULT_WINDOW_MS: u64 = 10 * 60 * 1000;
+
 /// Server settings.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -50,6 +53,9 @@ pub struct Config {
     pub durability: Durability,
     /// The largest job body accepted (beanstalkd's `-z`).
     pub max_job_size: usize,
+    /// Keep in memory only delayed jobs due within this many ms; later ones stay on disk
+    /// until their time nears. `None` keeps every job in memory.
+    pub window: Option<u64>,
 }
 
 impl Default for Config {
@@ -58,6 +64,7 @@ impl Default for Config {
             data_dir: Some(PathBuf::from("tickwheel-data")),
             durability: Durability::Sync,
             max_job_size: 65_535,
+            window: Some(DEFAULT_WINDOW_MS),
         }
     }
 }
@@ -127,24 +134,30 @@ impl Server {
             }
             None => Arc::new(MemStore::new()),
         };
-        let recovered = store
-            .recover(u64::MAX)
-            .context("cannot recover the stored jobs")?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
-        let recovered_jobs = recovered.resident.len();
-        let engine = Engine::recover(
-            tickwheel_queue::Config {
-                max_job_size: config.max_job_size,
-            },
+        let engine_config = tickwheel_queue::Config {
+            max_job_size: config.max_job_size,
+            window: config.window,
+        };
+        // Only jobs due within the window are loaded; the rest stay on disk, counted.
+        let recovered = store
+            .recover(engine_config.window_end_at(now))
+            .context("cannot recover the stored jobs")?;
+        let far_jobs: u64 = recovered.far_delayed.iter().map(|(_, n)| n).sum();
+        let recovered_jobs = recovered.resident.len() + far_jobs as usize;
+        let engine = Engine::recover_windowed(
+            engine_config,
             now,
             recovered.next_id,
             recovered.resident.into_iter().map(commit::from_stored),
+            recovered.far_delayed,
         );
-        let committer = Committer::start(store).context("cannot start the commit thread")?;
+        let committer =
+            Committer::start(store.clone()).context("cannot start the commit thread")?;
         Ok(Server {
-            shared: Arc::new(Shared::new(engine, committer)),
+            shared: Arc::new(Shared::new(engine, committer, store)),
             max_job_size: config.max_job_size,
             recovered_jobs,
         })

@@ -38,6 +38,10 @@ struct Args {
     /// Keep jobs in memory only: a restart loses them all.
     #[arg(long)]
     in_memory: bool,
+    /// Keep delayed jobs due within this many seconds in memory; later ones stay on disk until
+    /// their time nears (0: keep every job in memory).
+    #[arg(long, value_name = "SECONDS", default_value_t = tickwheel_server::DEFAULT_WINDOW_MS / 1000)]
+    window_secs: u64,
     /// Maximum job size in bytes.
     #[arg(short = 'z', value_name = "BYTES", default_value_t = 65_535)]
     max_job_size: usize,
@@ -80,6 +84,7 @@ fn main() -> anyhow::Result<()> {
         data_dir: (!args.in_memory).then_some(args.data_dir),
         durability,
         max_job_size: args.max_job_size,
+        window: (args.window_secs > 0).then(|| args.window_secs.saturating_mul(1000)),
     };
     let _ = args.binlog_size;
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -15,10 +15,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use tickwheel_proto::Reply;
-use tickwheel_queue::{ClientId, Engine, Event, Millis};
+use tickwheel_queue::{ClientId, Engine, Event, JobId, Millis};
+use tickwheel_store::{Store, StoreError};
 use tokio::sync::{mpsc, Notify};
 
-use crate::commit::{Committer, Ticket};
+use crate::commit::{from_stored, Committer, Ticket};
 
 /// A reply to send once its commit is durable.
 pub(crate) type Pending = (Ticket, Reply);
@@ -38,6 +39,10 @@ pub(crate) struct ServerCounters {
 pub(crate) struct Shared {
     pub(crate) engine: Mutex<Engine>,
     pub(crate) committer: Committer,
+    /// Read access to the store, for jobs outside the engine's memory window.
+    store: Arc<dyn Store>,
+    /// Held while a window load is in flight: one at a time.
+    loader: tokio::sync::Mutex<()>,
     /// The ticket of the latest batch submitted: a reply that changed nothing still waits for
     /// it, so no client ever sees state that is not durable yet.
     last_ticket: Mutex<Ticket>,
@@ -54,7 +59,7 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(engine: Engine, committer: Committer) -> Shared {
+    pub(crate) fn new(engine: Engine, committer: Committer, store: Arc<dyn Store>) -> Shared {
         let started = Instant::now();
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -62,6 +67,8 @@ impl Shared {
         Shared {
             engine: Mutex::new(engine),
             committer,
+            store,
+            loader: tokio::sync::Mutex::new(()),
             last_ticket: Mutex::new(Ticket::done()),
             waiters: Mutex::new(HashMap::new()),
             timer_changed: Notify::new(),
@@ -141,20 +148,107 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Moves the engine's memory window if it asks to (or widens it when `widen`), loading the
+    /// far jobs of the new range from the store. Returns `false` if there was nothing to load.
+    ///
+    /// Loads run one at a time (`loader`); the store is read only after every change taken so
+    /// far is durable, so a job put just before the load is in the read.
+    pub(crate) async fn load_window(&self, widen: bool) -> Result<bool, StoreError> {
+        let _one_at_a_time = self.loader.lock().await;
+        let (range, ticket) = {
+            let mut engine = self.lock();
+            let range = if widen {
+                engine.widen_window()
+            } else {
+                engine.window_load(self.now())
+            };
+            (range, self.last_ticket())
+        };
+        let Some((from, to)) = range else {
+            return Ok(false);
+        };
+        let _ = ticket.wait().await;
+        let store = self.store.clone();
+        let records =
+            tokio::task::spawn_blocking(move || store.delayed_between(from, to, usize::MAX))
+                .await
+                .unwrap_or_else(|_| Ok(Vec::new()));
+        let records = match records {
+            Ok(records) => records,
+            Err(error) => {
+                // Keep the engine consistent: complete the load empty-handed. The jobs stay
+                // counted as far and are retried by id or at restart; report the failure.
+                self.lock().load_window(Vec::new());
+                return Err(error);
+            }
+        };
+        let mut engine = self.lock();
+        engine.load_window(records.into_iter().map(from_stored).collect());
+        self.after_op(&mut engine);
+        Ok(true)
+    }
+
+    /// Before a command on job `id`: if it may be a far job, read it from the store and bring
+    /// it into memory.
+    pub(crate) async fn load_job(&self, id: JobId) -> Result<(), StoreError> {
+        let ticket = {
+            let engine = self.lock();
+            if !engine.needs_load(id) {
+                return Ok(());
+            }
+            self.last_ticket()
+        };
+        let _ = ticket.wait().await;
+        let store = self.store.clone();
+        let record = tokio::task::spawn_blocking(move || store.get(id))
+            .await
+            .unwrap_or(Ok(None))?;
+        if let Some(record) = record {
+            let mut engine = self.lock();
+            engine.load_job(from_stored(record));
+            self.after_op(&mut engine);
+        }
+        Ok(())
+    }
+
+    /// Before `peek-delayed` / `kick wanted`: widen the window until the used tube's earliest
+    /// delayed jobs are in memory.
+    pub(crate) async fn load_for_tube(
+        &self,
+        client: ClientId,
+        wanted: u64,
+        kick: bool,
+    ) -> Result<(), StoreError> {
+        for _ in 0..64 {
+            if !self.lock().needs_far_for_tube(client, wanted, kick) {
+                return Ok(());
+            }
+            if !self.load_window(true).await? {
+                // A regular load was in flight; it has completed now: check again.
+                continue;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Runs the engine's timers: sleeps until the next deadline (or an earlier one appears),
-/// then advances the engine.
+/// then advances the engine and moves its memory window when due.
 pub(crate) async fn drive_timers(
     shared: Arc<Shared>,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
     loop {
-        let next = {
+        {
             let mut engine = shared.lock();
-            let now = shared.now();
-            engine.advance(now);
+            engine.advance(shared.now());
             shared.after_op(&mut engine);
-            engine.next_deadline()
-        };
+        }
+        if let Err(error) = shared.load_window(false).await {
+            tracing::error!(%error, "cannot load delayed jobs from the store");
+        }
+        let next = shared.lock().next_deadline();
         let target = next.unwrap_or(u64::MAX);
         shared.driver_target.store(target, Ordering::Release);
         let sleep = match next {

@@ -102,6 +102,12 @@ struct SClient {
 
 struct Runner {
     engine: Engine,
+    config: Config,
+    /// A window load handed out but not completed yet: its range start and the store's
+    /// records as read when it was handed out. Completed before the clock reaches the start,
+    /// so commands in between exercise loads racing with deletes and loads by id.
+    pending_load: Option<(u64, Vec<JobRecord>)>,
+    loads: u64,
     t: u64,
     jobs: BTreeMap<JobId, SJob>,
     clients: BTreeMap<u8, SClient>,
@@ -119,8 +125,26 @@ struct Runner {
 ///
 /// A description of the first violation, with the operations before it.
 pub fn run_queue_ops(ops: &[QueueOp]) -> Result<(), String> {
+    run_queue_ops_with(ops, None)
+}
+
+/// Like [`run_queue_ops`], with the engine's memory window set to `window` ms: delayed jobs
+/// due later than that stay in the (model) store, and the runner moves the window and loads
+/// jobs by id as a server does.
+///
+/// # Errors
+///
+/// A description of the first violation, with the operations before it.
+pub fn run_queue_ops_with(ops: &[QueueOp], window: Option<u64>) -> Result<(), String> {
+    let config = Config {
+        window,
+        ..Config::default()
+    };
     let mut r = Runner {
-        engine: Engine::new(Config::default(), 0),
+        engine: Engine::new(config.clone(), 0),
+        config,
+        pending_load: None,
+        loads: 0,
         t: 0,
         jobs: BTreeMap::new(),
         clients: BTreeMap::new(),
@@ -131,7 +155,8 @@ pub fn run_queue_ops(ops: &[QueueOp]) -> Result<(), String> {
         ids_end: 1,
     };
     for (step, op) in ops.iter().enumerate() {
-        r.step(op)
+        r.move_window()
+            .and_then(|()| r.step(op))
             .and_then(|()| r.events())
             .and_then(|()| r.persist())
             .and_then(|()| r.check_all())
@@ -314,6 +339,7 @@ impl Runner {
                     return Ok(());
                 }
                 let id = self.job_id(pick);
+                self.load_by_id(id);
                 let ok = self
                     .jobs
                     .get(&id)
@@ -330,6 +356,7 @@ impl Runner {
                     return Ok(());
                 }
                 let id = self.job_id(pick);
+                self.load_by_id(id);
                 let ok = self
                     .jobs
                     .get(&id)
@@ -406,6 +433,7 @@ impl Runner {
                     return Ok(());
                 }
                 let tube = client.used;
+                self.widen_for(c, bound.min(1000), true);
                 let mut buried: Vec<(u64, JobId)> = Vec::new();
                 let mut delayed: Vec<(u64, JobId)> = Vec::new();
                 for (&id, job) in self.jobs.iter().filter(|(_, j)| j.tube == tube) {
@@ -432,6 +460,7 @@ impl Runner {
             }
             QueueOp::KickJob(pick) => {
                 let id = self.job_id(pick);
+                self.load_by_id(id);
                 let ok = self
                     .jobs
                     .get(&id)
@@ -449,6 +478,7 @@ impl Runner {
             }
             QueueOp::Peek(pick) => {
                 let id = self.job_id(pick);
+                self.load_by_id(id);
                 let got = self.engine.peek(t, id).map(|v| (v.id, v.body.len()));
                 expect_eq("peek", got, self.jobs.get(&id).map(|j| (id, j.len)))?;
             }
@@ -460,6 +490,9 @@ impl Runner {
                 let tube = client.used;
                 let state =
                     [JobState::Ready, JobState::Delayed, JobState::Buried][usize::from(which) % 3];
+                if state == JobState::Delayed {
+                    self.widen_for(c, 1, false);
+                }
                 let mut candidates: Vec<(u64, u64, JobId)> = Vec::new();
                 for (&id, job) in self.jobs.iter().filter(|(_, j)| j.tube == tube) {
                     match (state, job.at(t)) {
@@ -493,8 +526,21 @@ impl Runner {
             }
             QueueOp::Advance(dt) => {
                 let target = t + dt;
-                while let Some(next) = self.engine.next_deadline().filter(|&d| d <= target) {
+                loop {
+                    // The next instant: a timer, or the start of an in-flight window load.
+                    let pending = self.pending_load.as_ref().map(|(from, _)| *from);
+                    let next = match (self.engine.next_deadline(), pending) {
+                        (Some(a), Some(b)) => a.min(b),
+                        (a, b) => match a.or(b) {
+                            Some(n) => n,
+                            None => break,
+                        },
+                    };
+                    if next > target {
+                        break;
+                    }
                     self.t = next;
+                    self.move_window()?;
                     self.engine.advance(next);
                     self.events()?;
                     self.check_all()?;
@@ -505,8 +551,25 @@ impl Runner {
             }
             QueueOp::Restart => {
                 self.persist()?;
-                let records = self.durable.values().cloned();
-                self.engine = Engine::recover(Config::default(), t, self.ids_end, records);
+                self.pending_load = None; // the load died with the process
+                let window_end = self.config.window_end_at(t);
+                let mut far: BTreeMap<String, u64> = BTreeMap::new();
+                let mut records = Vec::new();
+                for record in self.durable.values() {
+                    match record.state {
+                        DurableState::Delayed { until } if until >= window_end => {
+                            *far.entry(record.tube.clone()).or_default() += 1;
+                        }
+                        _ => records.push(record.clone()),
+                    }
+                }
+                self.engine = Engine::recover_windowed(
+                    self.config.clone(),
+                    t,
+                    self.ids_end,
+                    records,
+                    far.into_iter().collect(),
+                );
                 self.clients.clear();
                 self.paused = [0; 3];
                 for job in self.jobs.values_mut() {
@@ -529,6 +592,65 @@ impl Runner {
             }
         }
         Ok(())
+    }
+
+    /// Plays the server: moves the engine's memory window when it asks, from the durable
+    /// model (which holds every change taken so far).
+    fn move_window(&mut self) -> Result<(), String> {
+        self.persist()?;
+        if let Some((_, records)) = self.pending_load.take() {
+            self.engine.load_window(records);
+        }
+        while let Some((from, to)) = self.engine.window_load(self.t) {
+            self.loads += 1;
+            let records = self.records_between(from, to);
+            if self.loads % 2 == 0 {
+                // Leave every other load in flight until the next step or instant.
+                self.pending_load = Some((from, records));
+                break;
+            }
+            self.engine.load_window(records);
+        }
+        Ok(())
+    }
+
+    fn records_between(&self, from: u64, to: u64) -> Vec<JobRecord> {
+        self.durable
+            .values()
+            .filter(|r| matches!(r.state, DurableState::Delayed { until } if until >= from && until < to))
+            .cloned()
+            .collect()
+    }
+
+    fn load_range(&mut self, from: u64, to: u64) {
+        let records = self.records_between(from, to);
+        self.engine.load_window(records);
+    }
+
+    /// Plays the server before a command on a job id: a far job is read from the store.
+    fn load_by_id(&mut self, id: JobId) {
+        if self.engine.needs_load(id) {
+            if let Some(record) = self.durable.get(&id) {
+                self.engine.load_job(record.clone());
+            }
+        }
+    }
+
+    /// Plays the server before `peek-delayed` / `kick`: widen the window until the tube's
+    /// earliest delayed jobs are in memory.
+    fn widen_for(&mut self, c: u8, wanted: u64, kick: bool) {
+        if let Some((_, records)) = self.pending_load.take() {
+            self.engine.load_window(records);
+        }
+        while self
+            .engine
+            .needs_far_for_tube(ClientId(c.into()), wanted, kick)
+        {
+            match self.engine.widen_window() {
+                Some((from, to)) => self.load_range(from, to),
+                None => break,
+            }
+        }
     }
 
     /// Is `id` reserved by `c` now? Also the answer the engine must give to release etc.
@@ -672,6 +794,18 @@ impl Runner {
                 S::Buried { .. } => JobState::Buried,
             };
             counts[want as usize] += 1;
+            if self.engine.needs_load(id) {
+                // Far: only in the store. It must be a delayed job beyond the window (or in
+                // the range of a load in flight).
+                let far_from = self
+                    .pending_load
+                    .as_ref()
+                    .map_or(self.engine.window_end(), |(from, _)| *from);
+                match job.at(t) {
+                    S::Delayed { until } if until >= far_from => continue,
+                    other => return Err(format!("job {id} is not in memory but is {other:?}")),
+                }
+            }
             let stats = self
                 .engine
                 .job_stats(id)

@@ -2,7 +2,7 @@
 //! durable changes restore every job (see `tickwheel_testkit::run_queue_ops`).
 
 use proptest::prelude::*;
-use tickwheel_testkit::{run_queue_ops, QueueOp};
+use tickwheel_testkit::{run_queue_ops, run_queue_ops_with, QueueOp};
 
 fn op_strategy() -> impl Strategy<Value = QueueOp> {
     let c = 0u8..4;
@@ -41,5 +41,12 @@ proptest! {
     #[test]
     fn engine_obeys_the_rules(ops in prop::collection::vec(op_strategy(), 0..150)) {
         run_queue_ops(&ops).map_err(TestCaseError::fail)?;
+    }
+
+    /// The same with a 2.5 s memory window: far jobs live in the model store and come back
+    /// through window loads, loads by id and widening, as the server drives them.
+    #[test]
+    fn engine_with_a_memory_window_obeys_the_rules(ops in prop::collection::vec(op_strategy(), 0..150)) {
+        run_queue_ops_with(&ops, Some(2_500)).map_err(TestCaseError::fail)?;
     }
 }

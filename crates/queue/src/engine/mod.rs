@@ -8,6 +8,8 @@ use tickwheel_core::{TimerKey, Wheel};
 
 use crate::stats::{CmdCounters, JobStats, Stats, TubeStats};
 use crate::tube::{Pause, Tube, TubeId};
+mod window;
+
 use crate::types::{
     Change, ClientId, DurableState, Error, Event, JobId, JobRecord, JobState, JobView, Millis,
     Reserve, TubeName, SAFETY_MARGIN_MS,
@@ -22,13 +24,27 @@ const ID_BLOCK: JobId = 4096;
 pub struct Config {
     /// The largest job body accepted, in bytes (beanstalkd's `-z`; default 65 535).
     pub max_job_size: usize,
+    /// Keep in memory only the delayed jobs due within this many ms; later ones ("far" jobs)
+    /// live only in the store and are loaded as their time approaches (see
+    /// [`Engine::window_load`]). `None` (the default) keeps every job in memory.
+    pub window: Option<Millis>,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             max_job_size: 65_535,
+            window: None,
         }
+    }
+}
+
+impl Config {
+    /// Where an engine started at `now` puts its window end: delayed jobs due at or after it
+    /// stay in the store (`Millis::MAX` without a window).
+    #[must_use]
+    pub fn window_end_at(&self, now: Millis) -> Millis {
+        self.window.map_or(Millis::MAX, |w| now.saturating_add(w))
     }
 }
 
@@ -135,6 +151,12 @@ pub struct Engine {
     total_jobs: u64,
     job_timeouts: u64,
     total_connections: u64,
+    /// Delayed jobs due at or after this are not in memory ("far").
+    window_end: Millis,
+    /// Number of far jobs.
+    far: u64,
+    /// A window load handed out by [`Engine::window_load`] and not yet completed.
+    loading: Option<window::Loading>,
 }
 
 impl Engine {
@@ -160,7 +182,11 @@ impl Engine {
             total_jobs: 0,
             job_timeouts: 0,
             total_connections: 0,
+            window_end: Millis::MAX,
+            far: 0,
+            loading: None,
         };
+        engine.window_end = engine.config.window_end_at(now);
         engine.tube_ref(&TubeName::default_tube());
         engine
     }
@@ -174,7 +200,28 @@ impl Engine {
         next_id: JobId,
         records: impl IntoIterator<Item = JobRecord>,
     ) -> Engine {
+        Engine::recover_windowed(config, now, next_id, records, Vec::new())
+    }
+
+    /// Like [`recover`](Self::recover) with a memory window: `records` are the stored jobs
+    /// except the delayed ones due at or after [`Config::window_end_at`]`(now)`, and `far`
+    /// counts those per tube.
+    #[must_use]
+    pub fn recover_windowed(
+        config: Config,
+        now: Millis,
+        next_id: JobId,
+        records: impl IntoIterator<Item = JobRecord>,
+        far: Vec<(String, u64)>,
+    ) -> Engine {
         let mut engine = Engine::new(config, now);
+        for (name, count) in far {
+            let tube =
+                engine.tube_ref(&TubeName::new(&name).unwrap_or_else(|_| TubeName::default_tube()));
+            engine.add_far_many(tube, count);
+            engine.tube_mut(tube).total_jobs += count;
+            engine.total_jobs += count;
+        }
         let mut records: Vec<JobRecord> = records.into_iter().collect();
         records.sort_by_key(|r| r.id); // buried jobs keep their id order
         let mut max_id = 0;
@@ -212,13 +259,18 @@ impl Engine {
     /// end, reservation warning or expiry, reserve timeout or tube unpause.
     #[must_use]
     pub fn next_deadline(&self) -> Option<Millis> {
-        self.wheel.next_deadline()
+        let timers = self.wheel.next_deadline();
+        match self.window_refresh_at() {
+            Some(refresh) => Some(timers.map_or(refresh, |t| t.min(refresh))),
+            None => timers,
+        }
     }
 
     /// Moves the clock to `now` and carries out everything due: delayed jobs become ready,
     /// expired reservations return to ready, waiting reserves time out or get jobs. Every
     /// operation calls it first, so a driver only needs it for timers.
     pub fn advance(&mut self, now: Millis) {
+        self.slide_window(now);
         // Everything due at one instant happens before any waiter is served, so a waiter
         // gets the most urgent of all the jobs that became ready at that instant.
         while let Some((_, timer)) = self.wheel.poll(now) {
@@ -459,6 +511,13 @@ impl Engine {
             created: now,
             body: body.clone(),
         }));
+        if delay > 0 && until >= self.window_end {
+            // Far in the future: durable in the store only, loaded when its time nears.
+            self.tube_mut(tube).total_jobs += 1;
+            self.total_jobs += 1;
+            self.add_far(tube);
+            return Ok(id);
+        }
         self.add_job(id, Job::new(tube, priority, ttr, delay, now, body));
         if delay == 0 {
             self.enter_ready(id);
@@ -598,7 +657,14 @@ impl Engine {
                 state: DurableState::Delayed { until },
                 priority,
             });
-            self.enter_delayed(id, until);
+            if until >= self.window_end {
+                // Released far into the future: it leaves memory (its counters with it).
+                let tube = self.job_mut(id).tube;
+                self.jobs.remove(&id);
+                self.add_far(tube);
+            } else {
+                self.enter_delayed(id, until);
+            }
         }
         self.serve_deferred();
         Ok(())
@@ -813,7 +879,7 @@ impl Engine {
             urgent: t.urgent,
             ready: t.ready.len() as u64,
             reserved: t.reserved,
-            delayed: t.delayed.len() as u64,
+            delayed: t.delayed.len() as u64 + t.far_delayed,
             buried: t.buried.len() as u64,
             total_jobs: t.total_jobs,
             using: t.using,
@@ -844,7 +910,7 @@ impl Engine {
             stats.urgent += t.urgent;
             stats.ready += t.ready.len() as u64;
             stats.reserved += t.reserved;
-            stats.delayed += t.delayed.len() as u64;
+            stats.delayed += t.delayed.len() as u64 + t.far_delayed;
             stats.buried += t.buried.len() as u64;
         }
         for c in self.clients.values() {
@@ -855,10 +921,10 @@ impl Engine {
         stats
     }
 
-    /// Number of jobs held.
+    /// Number of jobs, in memory or far.
     #[must_use]
     pub fn job_count(&self) -> usize {
-        self.jobs.len()
+        self.jobs.len() + self.far as usize
     }
 
     /// The state of a job, if it exists.
