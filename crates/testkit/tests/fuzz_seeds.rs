@@ -6,7 +6,7 @@ use std::fs;
 use std::path::PathBuf;
 
 use tickwheel_testkit::{
-    check_decoder, decode_queue_ops, decode_wheel_ops, run_queue_ops, run_wheel_ops,
+    check_decoder, decode_queue_ops, decode_wheel_ops, run_queue_ops_with, run_wheel_ops,
 };
 
 fn seeds(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
@@ -50,7 +50,8 @@ fn fuzz_seeds_queue_ops() {
         seeds.len()
     );
     for (path, bytes) in seeds {
-        if let Err(report) = run_queue_ops(&decode_queue_ops(&bytes)) {
+        let window = (bytes.first().is_some_and(|b| b & 1 == 1)).then_some(2_500);
+        if let Err(report) = run_queue_ops_with(&decode_queue_ops(&bytes), window) {
             panic!("seed {} fails:\n{report}", path.display());
         }
     }
