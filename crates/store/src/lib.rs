@@ -1,1 +1,161 @@
-//! tickwheel-store (in progress)
+//! Durable storage for tickwheel delayed jobs.
+//!
+//! The job engine (`tickwheel-queue`) keeps beanstalkd job semantics in memory and emits a
+//! [`Mutation`] for every state change a client is told about; the server commits those through
+//! a [`Store`] and answers the client only after [`Store::commit`] returns. This crate provides:
+//!
+//! - [`DiskStore`]: the embedded on-disk store, on the fjall LSM engine (one journal append and
+//!   one fsync per commit; see `docs/decisions/0002-storage-engine.md` and
+//!   `docs/storage-format.md`).
+//! - [`MemStore`]: the same semantics in memory (`--in-memory`, tests).
+//! - [`GroupCommit`]: many threads commit concurrently; one committer thread merges every batch
+//!   waiting into one store commit with one fsync and wakes them all.
+//! - [`FaultyStore`]: a wrapper failing writes or fsyncs after a countdown, for tests.
+//!
+//! Far-future delayed jobs stay on disk: [`Store::recover`] loads ready and buried jobs and the
+//! delayed jobs due inside a window, and reports only per-tube counts for the rest, which the
+//! engine pages in with [`Store::delayed_between`] as its window moves.
+//!
+//! # Examples
+//!
+//! ```
+//! use bytes::Bytes;
+//! use tickwheel_store::{DiskOptions, DiskStore, GroupCommit, JobRecord, Mutation, Store, StoredState};
+//!
+//! # fn main() -> Result<(), tickwheel_store::StoreError> {
+//! let dir = tempfile::tempdir().expect("temp dir");
+//! let store = GroupCommit::new(DiskStore::open(dir.path(), DiskOptions::default())?);
+//! store.reserve_ids(1000)?;
+//! let job = JobRecord {
+//!     id: 1,
+//!     tube: "emails".into(),
+//!     priority: 1024,
+//!     ttr_ms: 60_000,
+//!     state: StoredState::Delayed { until_ms: 86_400_000 },
+//!     created_ms: 0,
+//!     body: Bytes::from_static(b"send the report"),
+//! };
+//! store.commit(&[Mutation::Put(job.clone())])?; // durable (fsynced) once this returns
+//! drop(store);
+//!
+//! let store = DiskStore::open(dir.path(), DiskOptions::default())?;
+//! let recovered = store.recover(3_600_000)?; // load what is due within the first hour
+//! assert_eq!(recovered.next_id, 1000);
+//! assert!(recovered.resident.is_empty());
+//! assert_eq!(recovered.far_delayed, vec![("emails".to_string(), 1)]);
+//! assert_eq!(store.delayed_between(0, u64::MAX, 10)?, vec![job]);
+//! # Ok(())
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+
+mod disk;
+mod error;
+mod fault;
+mod group;
+mod mem;
+mod plan;
+mod record;
+
+pub use disk::{DiskOptions, DiskStore, FORMAT_VERSION};
+pub use error::StoreError;
+pub use fault::{Fault, FaultyStore};
+pub use group::{GroupCommit, GroupStats};
+pub use mem::MemStore;
+pub use record::{
+    validate, JobId, JobRecord, Mutation, Recovered, StoredState, MAX_BODY_LEN, MAX_TUBE_LEN,
+    RECORD_LAYOUT,
+};
+
+/// How durable a commit is when [`Store::commit`] returns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// Acknowledge after fsync (the default): an acknowledged commit survives a power cut.
+    #[default]
+    Sync,
+    /// Write to the OS at once, fsync at most every `interval_ms` in the background, acknowledge
+    /// before the fsync (beanstalkd `-f N`): a power cut loses up to `interval_ms` of
+    /// acknowledged commits; a process crash loses nothing.
+    Periodic {
+        /// Milliseconds between background fsyncs.
+        interval_ms: u64,
+    },
+    /// Write to the OS, never fsync (beanstalkd `-F`): survives a process crash only.
+    None,
+}
+
+/// Durable storage of jobs. Implementations are [`DiskStore`], [`MemStore`], and the wrappers
+/// [`GroupCommit`] and [`FaultyStore`].
+pub trait Store: Send + Sync {
+    /// Applies the batch atomically (all of it or none of it survives a crash); returns once it
+    /// is as durable as the store's [`Durability`] says.
+    ///
+    /// `Put` of an existing id replaces the job; `Update` and `Delete` of a missing id are
+    /// no-ops. A put also raises the id high-water mark past its id.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::TooLarge`] (nothing applied, the store stays usable); I/O failures
+    /// ([`StoreError::Io`], [`StoreError::DiskFull`], [`StoreError::Engine`]), after which the
+    /// store is poisoned and every later commit returns [`StoreError::Poisoned`].
+    fn commit(&self, batch: &[Mutation]) -> Result<(), StoreError>;
+
+    /// Reserves job ids up to (exclusive) `end` durably, so [`Recovered::next_id`] after a
+    /// restart is `>= end`. Called rarely (the engine allocates ids in blocks). Never lowers
+    /// the mark.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::commit`].
+    fn reserve_ids(&self, end: JobId) -> Result<(), StoreError>;
+
+    /// The state to start the engine from: see [`Recovered`].
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Corrupt`] if stored bytes do not decode; I/O errors.
+    fn recover(&self, window_end_ms: u64) -> Result<Recovered, StoreError>;
+
+    /// The job with this id, if stored.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Corrupt`]; I/O errors.
+    fn get(&self, id: JobId) -> Result<Option<JobRecord>, StoreError>;
+
+    /// Delayed jobs with `from_ms <= until_ms < to_ms`, in `(until_ms, id)` order, at most
+    /// `limit`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Corrupt`]; I/O errors.
+    fn delayed_between(
+        &self,
+        from_ms: u64,
+        to_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<JobRecord>, StoreError>;
+}
+
+impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
+    fn commit(&self, batch: &[Mutation]) -> Result<(), StoreError> {
+        (**self).commit(batch)
+    }
+    fn reserve_ids(&self, end: JobId) -> Result<(), StoreError> {
+        (**self).reserve_ids(end)
+    }
+    fn recover(&self, window_end_ms: u64) -> Result<Recovered, StoreError> {
+        (**self).recover(window_end_ms)
+    }
+    fn get(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
+        (**self).get(id)
+    }
+    fn delayed_between(
+        &self,
+        from_ms: u64,
+        to_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        (**self).delayed_between(from_ms, to_ms, limit)
+    }
+}

@@ -1,0 +1,590 @@
+//! [`DiskStore`]: the embedded on-disk [`Store`] on the fjall LSM engine.
+//!
+//! # Layout
+//!
+//! One fjall keyspace (one journal, so a batch across tables is atomic) with four tables
+//! ("partitions"); `docs/storage-format.md` has the full description.
+//!
+//! | table | key | value |
+//! |-------|-----|-------|
+//! | `jobs` | id (u64 BE) of every job | locator: where its record is |
+//! | `resident` | id (u64 BE) of every ready or buried job | record, see [`crate::record`] |
+//! | `due` | `until_ms` (u64 BE) ++ id (u64 BE) of every delayed job | record |
+//! | `meta` | `format_version` / `next_id` / `delayed/<tube>` | u32 BE / u64 BE / u64 BE count |
+//!
+//! `recover` scans `resident`, the `due` range below the window and the `delayed/` counters,
+//! all sequential reads with the records inline: its cost grows with the resident set, not with
+//! the number of far-future jobs. `get` costs two lookups (locator, then record).
+//!
+//! # Ground rules
+//!
+//! Only [`Inner::write`] writes the tables, under [`Inner::write_lock`], so the read-modify-write
+//! of index entries and counters in a commit sees no concurrent commit; the lock also guards the
+//! cached `next_id` and counters, updated only after the batch is written. Once `poison` is set,
+//! nothing is written again by this handle. The periodic fsync thread (`Durability::Periodic`)
+//! only calls fjall's `persist`, outside the write lock.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+mod ops;
+
+use fjall::{Batch, Config, Keyspace, PartitionCreateOptions, PartitionHandle, PersistMode};
+
+use crate::error::is_disk_full;
+use crate::record::{decode, decode_locator, due_key, id_key, split_due_key};
+use crate::{Durability, JobId, JobRecord, Mutation, Recovered, Store, StoreError};
+
+/// The on-disk format version this build reads and writes (stored in `meta/format_version`).
+pub const FORMAT_VERSION: u32 = 1;
+
+const META_VERSION: &[u8] = b"format_version";
+const META_NEXT_ID: &[u8] = b"next_id";
+const META_DELAYED: &[u8] = b"delayed/";
+
+/// fjall refuses (panics on) a journal limit below 24 MiB; smaller settings are raised to it.
+const MIN_JOURNAL_BYTES: u64 = 24 << 20;
+
+/// fjall's minimum write buffer (1 MiB); smaller settings are raised to it.
+const MIN_WRITE_BUFFER_BYTES: u64 = 1 << 20;
+
+/// Options for [`DiskStore::open`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct DiskOptions {
+    /// When a commit is acknowledged; default [`Durability::Sync`].
+    pub durability: Durability,
+    /// Journal bytes kept before memtables are flushed to sorted tables. Bounds the replay
+    /// work (and so the startup time) after a crash. Default 64 MiB, at least 24 MiB (the
+    /// engine's minimum; smaller values are raised).
+    pub max_journal_bytes: u64,
+    /// Block cache size in bytes. Default 16 MiB.
+    pub cache_bytes: u64,
+    /// Memtable bytes (all tables together) kept in memory before they are flushed to sorted
+    /// tables. Bounds resident memory. Default 32 MiB, at least 1 MiB.
+    pub max_write_buffer_bytes: u64,
+}
+
+impl Default for DiskOptions {
+    fn default() -> Self {
+        DiskOptions {
+            durability: Durability::Sync,
+            max_journal_bytes: 64 << 20,
+            cache_bytes: 16 << 20,
+            max_write_buffer_bytes: 32 << 20,
+        }
+    }
+}
+
+impl DiskOptions {
+    /// The default options with this durability.
+    pub fn with_durability(durability: Durability) -> DiskOptions {
+        DiskOptions {
+            durability,
+            ..DiskOptions::default()
+        }
+    }
+}
+
+/// The embedded on-disk [`Store`].
+///
+/// Commits are serialised; put a [`GroupCommit`](crate::GroupCommit) in front to merge the
+/// batches of many threads into one fsync.
+///
+/// # Examples
+///
+/// ```
+/// use tickwheel_store::{DiskOptions, DiskStore, Store};
+///
+/// # fn main() -> Result<(), tickwheel_store::StoreError> {
+/// let dir = tempfile::tempdir().expect("temp dir");
+/// let store = DiskStore::open(dir.path(), DiskOptions::default())?;
+/// store.reserve_ids(128)?;
+/// drop(store);
+/// let store = DiskStore::open(dir.path(), DiskOptions::default())?;
+/// assert_eq!(store.recover(0)?.next_id, 128);
+/// # Ok(())
+/// # }
+/// ```
+pub struct DiskStore {
+    inner: Arc<Inner>,
+    /// Dropping it stops the periodic fsync thread.
+    stop: Option<mpsc::Sender<()>>,
+    flusher: Option<JoinHandle<()>>,
+}
+
+/// What commits would otherwise read from the tables on every batch. Valid while the store is
+/// not poisoned (after a failed write the tables may or may not hold the batch, and nothing is
+/// written again).
+#[derive(Default)]
+struct WriteState {
+    /// `meta/next_id`, once loaded.
+    next_id: Option<JobId>,
+    /// One past the largest id that may be stored (from the last `jobs` key, then raised by
+    /// puts). A put of an id at or above it needs no lookup of an old record: the common case,
+    /// as the engine hands out increasing ids (even when it reserved them in advance).
+    jobs_end: Option<JobId>,
+    /// `meta/delayed/<tube>` for the tubes loaded so far.
+    delayed: std::collections::HashMap<String, u64>,
+}
+
+struct Inner {
+    dir: PathBuf,
+    durability: Durability,
+    keyspace: Keyspace,
+    jobs: PartitionHandle,
+    resident: PartitionHandle,
+    due: PartitionHandle,
+    meta: PartitionHandle,
+    /// Held for every write; caches what commits read back (see [`WriteState`]).
+    write_lock: Mutex<WriteState>,
+    poison: Mutex<Option<StoreError>>,
+    /// Written since the last periodic fsync.
+    dirty: AtomicBool,
+}
+
+impl std::fmt::Debug for DiskStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiskStore")
+            .field("dir", &self.inner.dir)
+            .field("durability", &self.inner.durability)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DiskStore {
+    /// Opens (creating if needed) the store in `dir`, replaying the journal after a crash.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::UnsupportedVersion`] for a store of another format version;
+    /// [`StoreError::Corrupt`] if the directory holds something unreadable; I/O errors.
+    pub fn open(dir: impl AsRef<Path>, options: DiskOptions) -> Result<DiskStore, StoreError> {
+        let dir = dir.as_ref();
+        std::panic::catch_unwind(|| Self::open_unguarded(dir, options))
+            .unwrap_or_else(|panic| Err(engine_panic(dir, "opening the store", panic.as_ref())))
+    }
+
+    fn open_unguarded(dir: &Path, options: DiskOptions) -> Result<DiskStore, StoreError> {
+        let dir = dir.to_path_buf();
+        std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
+        let keyspace = Config::new(&dir)
+            .manual_journal_persist(true)
+            .max_journaling_size(options.max_journal_bytes.max(MIN_JOURNAL_BYTES))
+            .cache_size(options.cache_bytes)
+            .max_write_buffer_size(options.max_write_buffer_bytes.max(MIN_WRITE_BUFFER_BYTES))
+            .flush_workers(1)
+            .compaction_workers(1)
+            .open()
+            .map_err(|e| open_error(&dir, e))?;
+        let part = |name: &str| {
+            keyspace
+                .open_partition(name, PartitionCreateOptions::default())
+                .map_err(|e| open_error(&dir, e))
+        };
+        let inner = Inner {
+            jobs: part("jobs")?,
+            resident: part("resident")?,
+            due: part("due")?,
+            meta: part("meta")?,
+            keyspace,
+            durability: options.durability,
+            write_lock: Mutex::new(WriteState::default()),
+            poison: Mutex::new(None),
+            dirty: AtomicBool::new(false),
+            dir,
+        };
+        inner.check_version()?;
+        let inner = Arc::new(inner);
+        let (stop, flusher) = match options.durability {
+            Durability::Periodic { interval_ms } => {
+                let (tx, rx) = mpsc::channel::<()>();
+                let dir = inner.dir.clone();
+                let inner = Arc::clone(&inner);
+                let handle = std::thread::Builder::new()
+                    .name("tickwheel-store-fsync".into())
+                    .spawn(move || {
+                        periodic_fsync(&inner, &rx, Duration::from_millis(interval_ms.max(1)))
+                    })
+                    .map_err(|e| StoreError::io(&dir, e))?;
+                (Some(tx), Some(handle))
+            }
+            Durability::Sync | Durability::None => (None, None),
+        };
+        Ok(DiskStore {
+            inner,
+            stop,
+            flusher,
+        })
+    }
+
+    /// The store directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Bytes the store uses on disk (journals and tables).
+    pub fn disk_space(&self) -> u64 {
+        self.inner.keyspace.disk_space()
+    }
+}
+
+fn periodic_fsync(inner: &Inner, stop: &mpsc::Receiver<()>, every: Duration) {
+    loop {
+        match stop.recv_timeout(every) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+        if inner.dirty.swap(false, Ordering::AcqRel) {
+            // Not under the write lock: commits go on (acknowledged before this fsync, as
+            // `Periodic` promises) while fjall's journal lock orders them around the fsync. If
+            // the fsync fails, fjall refuses every later batch itself, and we poison too.
+            if inner.poisoned().is_some() {
+                return;
+            }
+            if let Err(e) = inner.keyspace.persist(PersistMode::SyncData) {
+                let err = inner.engine_error(e);
+                inner.set_poison(&err);
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for DiskStore {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(h) = self.flusher.take() {
+            // A panic in the fsync thread already poisoned nothing we could report here.
+            let _ = h.join();
+        }
+        if self.inner.durability != Durability::Sync && self.inner.poisoned().is_none() {
+            // Best effort on a clean close; errors cannot be reported from drop.
+            let _ = self.inner.keyspace.persist(PersistMode::SyncAll);
+        }
+    }
+}
+
+fn open_error(dir: &Path, e: fjall::Error) -> StoreError {
+    let corrupt = |detail: String| StoreError::Corrupt {
+        file: dir.to_path_buf(),
+        offset: 0,
+        detail,
+    };
+    match e {
+        fjall::Error::JournalRecovery(r) => StoreError::Corrupt {
+            file: dir.join("journals"),
+            offset: 0,
+            detail: format!("journal recovery failed: {r:?}"),
+        },
+        fjall::Error::InvalidVersion(v) => corrupt(format!(
+            "the engine's own version marker is unknown or unreadable: {v:?}"
+        )),
+        fjall::Error::Decode(d) => corrupt(format!("engine metadata does not decode: {d}")),
+        fjall::Error::Storage(lsm_tree::Error::Decode(d)) => {
+            corrupt(format!("a table file does not decode: {d:?}"))
+        }
+        fjall::Error::Storage(lsm_tree::Error::Io(io)) | fjall::Error::Io(io)
+            if io.kind() == std::io::ErrorKind::UnexpectedEof =>
+        {
+            corrupt(format!("a file is shorter than its contents say: {io}"))
+        }
+        fjall::Error::Storage(lsm_tree::Error::Io(io)) | fjall::Error::Io(io) => {
+            StoreError::io(dir, io)
+        }
+        other => StoreError::Engine {
+            path: dir.to_path_buf(),
+            source: Arc::new(other),
+        },
+    }
+}
+
+/// Finds an I/O error in an error's source chain.
+fn find_io<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::io::Error> {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return Some(io);
+        }
+        cur = err.source();
+    }
+    None
+}
+
+fn be_u64(v: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(v.try_into().ok()?))
+}
+
+impl Inner {
+    fn lock_writes(&self) -> MutexGuard<'_, WriteState> {
+        self.write_lock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn poisoned(&self) -> Option<StoreError> {
+        self.poison
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn set_poison(&self, cause: &StoreError) {
+        let mut p = self.poison.lock().unwrap_or_else(|e| e.into_inner());
+        if p.is_none() {
+            *p = Some(cause.clone().into_poisoned());
+        }
+    }
+
+    /// Classifies an engine error. fjall turns a failed journal write or fsync into
+    /// `Error::Poisoned` and keeps the cause to its log, so for that case we probe the
+    /// directory for free space to tell a full disk from other failures.
+    fn engine_error(&self, e: fjall::Error) -> StoreError {
+        if let Some(io) = find_io(&e) {
+            let kind = io.kind();
+            let raw = io.raw_os_error();
+            let copy = match raw {
+                Some(code) => std::io::Error::from_raw_os_error(code),
+                None => std::io::Error::new(kind, io.to_string()),
+            };
+            return StoreError::io(&self.dir, copy);
+        }
+        if matches!(e, fjall::Error::Poisoned) {
+            if let Some(full) = probe_disk_full(&self.dir) {
+                return full;
+            }
+        }
+        StoreError::Engine {
+            path: self.dir.clone(),
+            source: Arc::new(e),
+        }
+    }
+
+    fn corrupt(&self, table: &PartitionHandle, detail: String) -> StoreError {
+        StoreError::Corrupt {
+            file: table.path().to_path_buf(),
+            offset: 0,
+            detail,
+        }
+    }
+
+    fn check_version(&self) -> Result<(), StoreError> {
+        let read = |e| self.engine_error(e);
+        match self.meta.get(META_VERSION).map_err(read)? {
+            Some(v) => {
+                let found = <[u8; 4]>::try_from(&*v)
+                    .map(u32::from_be_bytes)
+                    .map_err(|_| {
+                        self.corrupt(
+                            &self.meta,
+                            format!("format_version is {} bytes, not 4", v.len()),
+                        )
+                    })?;
+                if found != FORMAT_VERSION {
+                    return Err(StoreError::UnsupportedVersion {
+                        path: self.dir.clone(),
+                        found,
+                        supported: FORMAT_VERSION,
+                    });
+                }
+                Ok(())
+            }
+            None => {
+                let empty = self.jobs.first_key_value().map_err(read)?.is_none()
+                    && self.meta.first_key_value().map_err(read)?.is_none();
+                if !empty {
+                    return Err(self.corrupt(
+                        &self.meta,
+                        "format_version is missing but the store holds data".into(),
+                    ));
+                }
+                let mut b = self.keyspace.batch();
+                b.insert(&self.meta, META_VERSION, FORMAT_VERSION.to_be_bytes());
+                self.write(b)
+            }
+        }
+    }
+
+    /// Commits a fjall batch with this store's durability, poisoning on failure.
+    fn write(&self, batch: Batch) -> Result<(), StoreError> {
+        let mode = match self.durability {
+            Durability::Sync => PersistMode::SyncData,
+            Durability::Periodic { .. } | Durability::None => PersistMode::Buffer,
+        };
+        match batch.durability(Some(mode)).commit() {
+            Ok(()) => {
+                self.dirty.store(true, Ordering::Release);
+                Ok(())
+            }
+            Err(e) => {
+                let err = self.engine_error(e);
+                self.set_poison(&err);
+                Err(err)
+            }
+        }
+    }
+
+    fn job(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
+        let loc = self
+            .jobs
+            .get(id_key(id))
+            .map_err(|e| self.engine_error(e))?;
+        let Some(loc) = loc else { return Ok(None) };
+        let (table, value) = match decode_locator(&loc) {
+            Some(None) => (&self.resident, self.resident.get(id_key(id))),
+            Some(Some(until)) => (&self.due, self.due.get(due_key(until, id))),
+            None => {
+                return Err(self.corrupt(
+                    &self.jobs,
+                    format!("job {id}: bad locator of {} bytes", loc.len()),
+                ))
+            }
+        };
+        match value.map_err(|e| self.engine_error(e))? {
+            Some(v) => decode(id, &v).map(Some).map_err(|d| self.corrupt(table, d)),
+            None => Err(self.corrupt(
+                table,
+                format!("job {id} is listed in `jobs` but its record is missing"),
+            )),
+        }
+    }
+
+    fn delayed_count(&self, tube: &str) -> Result<u64, StoreError> {
+        let key = [META_DELAYED, tube.as_bytes()].concat();
+        match self.meta.get(&key).map_err(|e| self.engine_error(e))? {
+            None => Ok(0),
+            Some(v) => be_u64(&v).ok_or_else(|| {
+                self.corrupt(
+                    &self.meta,
+                    format!("counter for tube {tube:?} is not 8 bytes"),
+                )
+            }),
+        }
+    }
+
+    /// Decodes an entry of the `due` table, checking that key and record agree.
+    fn due_record(&self, k: &[u8], v: &[u8]) -> Result<JobRecord, StoreError> {
+        let (until, id) = split_due_key(k)
+            .ok_or_else(|| self.corrupt(&self.due, format!("key of {} bytes", k.len())))?;
+        let r = decode(id, v).map_err(|d| self.corrupt(&self.due, d))?;
+        if r.until_ms() != Some(until) {
+            return Err(self.corrupt(
+                &self.due,
+                format!(
+                    "job {id} is indexed as due at {until} but its record says {:?}",
+                    r.state
+                ),
+            ));
+        }
+        Ok(r)
+    }
+
+    /// One past the largest stored job id (0 if none).
+    fn jobs_end(&self) -> Result<JobId, StoreError> {
+        match self
+            .jobs
+            .last_key_value()
+            .map_err(|e| self.engine_error(e))?
+        {
+            None => Ok(0),
+            Some((k, _)) => be_u64(&k)
+                .map(|id| id.saturating_add(1))
+                .ok_or_else(|| self.corrupt(&self.jobs, format!("key of {} bytes", k.len()))),
+        }
+    }
+
+    fn next_id(&self) -> Result<JobId, StoreError> {
+        match self
+            .meta
+            .get(META_NEXT_ID)
+            .map_err(|e| self.engine_error(e))?
+        {
+            None => Ok(0),
+            Some(v) => {
+                be_u64(&v).ok_or_else(|| self.corrupt(&self.meta, "next_id is not 8 bytes".into()))
+            }
+        }
+    }
+}
+
+/// Writes and syncs a small file in `dir`; `Some(DiskFull)` if that fails for lack of space.
+fn probe_disk_full(dir: &Path) -> Option<StoreError> {
+    use std::io::Write;
+    let path = dir.join(".space-probe");
+    let result = std::fs::File::create(&path).and_then(|mut f| {
+        f.write_all(&[0u8; 64 << 10])?;
+        f.sync_data()
+    });
+    let _ = std::fs::remove_file(&path);
+    match result {
+        Err(e) if is_disk_full(&e) => Some(StoreError::DiskFull {
+            path: dir.to_path_buf(),
+            source: Some(Arc::new(e)),
+        }),
+        _ => None,
+    }
+}
+
+impl DiskStore {
+    /// Runs `f`, turning a panic inside the engine into [`StoreError::Corrupt`] and poisoning
+    /// the store. fjall 2.11 can panic on damaged table files (e.g. a varint overflow while
+    /// decoding a block, found by `tests/it/corrupt.rs`); invariant 4 says no input panics us.
+    fn guarded<T>(
+        &self,
+        what: &str,
+        f: impl FnOnce() -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+            Ok(r) => r,
+            Err(panic) => {
+                let err = engine_panic(&self.inner.dir, what, panic.as_ref());
+                self.inner.set_poison(&err);
+                Err(err)
+            }
+        }
+    }
+}
+
+fn engine_panic(dir: &Path, what: &str, panic: &(dyn std::any::Any + Send)) -> StoreError {
+    let msg = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_owned());
+    StoreError::Corrupt {
+        file: dir.to_path_buf(),
+        offset: 0,
+        detail: format!("the storage engine panicked while {what}: {msg}"),
+    }
+}
+
+impl Store for DiskStore {
+    fn commit(&self, batch: &[Mutation]) -> Result<(), StoreError> {
+        self.guarded("committing", || self.commit_unguarded(batch))
+    }
+
+    fn reserve_ids(&self, end: JobId) -> Result<(), StoreError> {
+        self.guarded("reserving ids", || self.reserve_ids_unguarded(end))
+    }
+
+    fn recover(&self, window_end_ms: u64) -> Result<Recovered, StoreError> {
+        self.guarded("recovering", || self.recover_unguarded(window_end_ms))
+    }
+
+    fn get(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
+        self.guarded("reading a job", || self.get_unguarded(id))
+    }
+
+    fn delayed_between(
+        &self,
+        from_ms: u64,
+        to_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        self.guarded("reading the due index", || {
+            self.delayed_between_unguarded(from_ms, to_ms, limit)
+        })
+    }
+}

@@ -1,0 +1,197 @@
+//! The store operations themselves, unguarded: [`Store`](crate::Store) for [`DiskStore`] wraps
+//! each in [`DiskStore::guarded`]. See the module docs of [`super`] for the tables and the
+//! ground rules.
+
+use std::collections::BTreeMap;
+
+use super::{be_u64, DiskStore, META_DELAYED, META_NEXT_ID};
+use crate::plan::plan;
+use crate::record::{decode, due_key, encode, encode_locator, id_key, validate};
+use crate::{JobId, JobRecord, Mutation, Recovered, StoreError};
+
+/// The operations, unguarded: [`Store`] for [`DiskStore`] wraps each in [`DiskStore::guarded`].
+impl DiskStore {
+    pub(super) fn commit_unguarded(&self, batch: &[Mutation]) -> Result<(), StoreError> {
+        validate(batch)?;
+        let s = &*self.inner;
+        let mut ws = s.lock_writes();
+        if let Some(p) = s.poisoned() {
+            return Err(p);
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let next_id = match ws.next_id {
+            Some(n) => n,
+            None => *ws.next_id.insert(s.next_id()?),
+        };
+        let jobs_end = match ws.jobs_end {
+            Some(n) => n,
+            None => *ws.jobs_end.insert(s.jobs_end()?),
+        };
+        let p = plan(
+            batch,
+            |id| {
+                if id >= jobs_end {
+                    Ok(None)
+                } else {
+                    s.job(id)
+                }
+            },
+        )?;
+        let mut b = s.keyspace.batch();
+        let mut delayed_delta: BTreeMap<&str, i64> = BTreeMap::new();
+        for (&id, c) in &p.changes {
+            let key = id_key(id);
+            let old_due = c.old.as_ref().and_then(JobRecord::until_ms);
+            let new_due = c.new.as_ref().and_then(JobRecord::until_ms);
+            if let Some(old) = &c.old {
+                if old_due.is_some() {
+                    *delayed_delta.entry(&old.tube).or_default() -= 1;
+                }
+            }
+            // Remove the old record unless the new one overwrites the same key (a remove and an
+            // insert of one key in one batch would share a sequence number).
+            match (&c.old, old_due) {
+                (Some(_), Some(u)) if new_due != Some(u) => b.remove(&s.due, due_key(u, id)),
+                (Some(_), None) if c.new.is_none() || new_due.is_some() => {
+                    b.remove(&s.resident, key)
+                }
+                _ => {}
+            }
+            match &c.new {
+                Some(r) => {
+                    match new_due {
+                        Some(u) => {
+                            *delayed_delta.entry(&r.tube).or_default() += 1;
+                            b.insert(&s.due, due_key(u, id), encode(r));
+                        }
+                        None => b.insert(&s.resident, key, encode(r)),
+                    }
+                    if c.old.is_none() || old_due != new_due {
+                        b.insert(&s.jobs, key, encode_locator(new_due));
+                    }
+                }
+                None if c.old.is_some() => b.remove(&s.jobs, key),
+                None => {}
+            }
+        }
+        let mut new_counts = Vec::new();
+        for (tube, delta) in delayed_delta {
+            if delta == 0 {
+                continue;
+            }
+            let key = [META_DELAYED, tube.as_bytes()].concat();
+            let old = match ws.delayed.get(tube) {
+                Some(&n) => n,
+                None => s.delayed_count(tube)?,
+            };
+            let count = old.saturating_add_signed(delta);
+            if count == 0 {
+                b.remove(&s.meta, key);
+            } else {
+                b.insert(&s.meta, key, count.to_be_bytes());
+            }
+            new_counts.push((tube, count));
+        }
+        let new_next = p.id_end.filter(|&end| end > next_id);
+        if let Some(end) = new_next {
+            b.insert(&s.meta, META_NEXT_ID, end.to_be_bytes());
+        }
+        s.write(b)?;
+        // Written: the caches follow.
+        for (tube, count) in new_counts {
+            ws.delayed.insert(tube.to_owned(), count);
+        }
+        if let Some(end) = new_next {
+            ws.next_id = Some(end);
+        }
+        if let Some(end) = p.id_end {
+            ws.jobs_end = Some(jobs_end.max(end));
+        }
+        Ok(())
+    }
+
+    pub(super) fn reserve_ids_unguarded(&self, end: JobId) -> Result<(), StoreError> {
+        let s = &*self.inner;
+        let mut ws = s.lock_writes();
+        if let Some(p) = s.poisoned() {
+            return Err(p);
+        }
+        if end <= s.next_id()? {
+            return Ok(());
+        }
+        let mut b = s.keyspace.batch();
+        b.insert(&s.meta, META_NEXT_ID, end.to_be_bytes());
+        s.write(b)?;
+        ws.next_id = Some(end);
+        Ok(())
+    }
+
+    pub(super) fn recover_unguarded(&self, window_end_ms: u64) -> Result<Recovered, StoreError> {
+        let s = &*self.inner;
+        let read = |e| s.engine_error(e);
+        let mut resident = Vec::new();
+        for kv in s.resident.iter() {
+            let (k, v) = kv.map_err(read)?;
+            let id = be_u64(&k)
+                .ok_or_else(|| s.corrupt(&s.resident, format!("key of {} bytes", k.len())))?;
+            resident.push(decode(id, &v).map_err(|d| s.corrupt(&s.resident, d))?);
+        }
+        let mut in_window: BTreeMap<String, u64> = BTreeMap::new();
+        for kv in s.due.range(..due_key(window_end_ms, 0)) {
+            let (k, v) = kv.map_err(read)?;
+            let r = s.due_record(&k, &v)?;
+            *in_window.entry(r.tube.clone()).or_default() += 1;
+            resident.push(r);
+        }
+        resident.sort_unstable_by_key(|r| r.id);
+        let mut far_delayed = Vec::new();
+        for kv in s.meta.prefix(META_DELAYED) {
+            let (k, v) = kv.map_err(read)?;
+            let tube = std::str::from_utf8(&k[META_DELAYED.len()..])
+                .map_err(|_| s.corrupt(&s.meta, "a delayed counter's tube is not UTF-8".into()))?;
+            let total = be_u64(&v).ok_or_else(|| {
+                s.corrupt(&s.meta, format!("counter for {tube:?} is not 8 bytes"))
+            })?;
+            let near = in_window.get(tube).copied().unwrap_or(0);
+            let far = total.checked_sub(near).ok_or_else(|| {
+                s.corrupt(&s.meta, format!("tube {tube:?} counts {total} delayed jobs but {near} are due in the window"))
+            })?;
+            if far > 0 {
+                far_delayed.push((tube.to_owned(), far));
+            }
+        }
+        Ok(Recovered {
+            next_id: s.next_id()?,
+            resident,
+            far_delayed,
+        })
+    }
+
+    pub(super) fn get_unguarded(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
+        self.inner.job(id)
+    }
+
+    pub(super) fn delayed_between_unguarded(
+        &self,
+        from_ms: u64,
+        to_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        let s = &*self.inner;
+        if from_ms >= to_ms || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        for kv in s
+            .due
+            .range(due_key(from_ms, 0)..due_key(to_ms, 0))
+            .take(limit)
+        {
+            let (k, v) = kv.map_err(|e| s.engine_error(e))?;
+            out.push(s.due_record(&k, &v)?);
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,183 @@
+//! Injected write / fsync / full-disk failures, and a real full disk on a small tmpfs.
+//!
+//! Every test checks the two promises: a caller acknowledged (`Ok`) finds its data in the
+//! store, and after a failure the store refuses writes with `Poisoned`, naming the cause.
+
+use std::error::Error as _;
+use std::sync::Arc;
+
+use tickwheel_store::{
+    DiskOptions, DiskStore, Fault, FaultyStore, GroupCommit, MemStore, Mutation, Store, StoreError,
+};
+
+use crate::util::ready;
+
+/// 8 threads commit through GroupCommit over a store that fails after 20 commits.
+fn run_fault(
+    fault: Fault,
+) -> (
+    Vec<u64>,
+    Vec<StoreError>,
+    GroupCommit<FaultyStore<MemStore>>,
+) {
+    let store = Arc::new(GroupCommit::new(FaultyStore::new(
+        MemStore::new(),
+        fault,
+        20,
+    )));
+    let handles: Vec<_> = (0..8u64)
+        .map(|t| {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                let mut acked = Vec::new();
+                let mut errors = Vec::new();
+                for i in 0..30 {
+                    let id = t * 100 + i;
+                    match store.commit(&[Mutation::Put(ready(id, "t"))]) {
+                        Ok(()) => acked.push(id),
+                        Err(e) => errors.push(e),
+                    }
+                }
+                (acked, errors)
+            })
+        })
+        .collect();
+    let mut acked = Vec::new();
+    let mut errors = Vec::new();
+    for h in handles {
+        let (a, e) = h.join().unwrap();
+        acked.extend(a);
+        errors.extend(e);
+    }
+    let store = Arc::into_inner(store).unwrap();
+    (acked, errors, store)
+}
+
+fn check_fault(fault: Fault, first_error: fn(&StoreError) -> bool) {
+    let (acked, errors, store) = run_fault(fault);
+    assert_eq!(store.inner().injected(), 1);
+    assert_eq!(acked.len() + errors.len(), 240);
+    // Nothing acknowledged is missing.
+    for id in &acked {
+        assert!(
+            store.get(*id).unwrap().is_some(),
+            "acknowledged job {id} missing after {fault:?}"
+        );
+    }
+    // Every caller of the failed group saw the original error; everyone after saw Poisoned.
+    let originals = errors.iter().filter(|e| first_error(e)).count();
+    let poisoned = errors
+        .iter()
+        .filter(|e| matches!(e, StoreError::Poisoned { .. }))
+        .count();
+    assert!(
+        originals >= 1,
+        "{fault:?}: no caller saw the failure: {errors:?}"
+    );
+    assert_eq!(originals + poisoned, errors.len(), "{errors:?}");
+    // The store stays poisoned, and the cause is reachable through source().
+    let later = store
+        .commit(&[Mutation::Put(ready(9999, "t"))])
+        .unwrap_err();
+    let source = later.source().expect("Poisoned has a source");
+    let cause = source
+        .downcast_ref::<Arc<StoreError>>()
+        .expect("the source is the cause");
+    assert!(first_error(cause), "{later}");
+    assert!(
+        first_error(later.poison_cause().expect("a cause")),
+        "{later}"
+    );
+    assert!(
+        later.to_string().contains("refuses further writes"),
+        "{later}"
+    );
+    assert!(matches!(
+        store.reserve_ids(1 << 20),
+        Err(StoreError::Poisoned { .. })
+    ));
+}
+
+#[test]
+fn failed_write_reaches_every_waiting_committer() {
+    check_fault(Fault::Write, |e| matches!(e, StoreError::Io { .. }));
+}
+
+#[test]
+fn failed_fsync_poisons_and_is_never_acknowledged() {
+    check_fault(Fault::Fsync, |e| matches!(e, StoreError::Io { .. }));
+}
+
+#[test]
+fn injected_full_disk_is_reported_as_disk_full() {
+    check_fault(Fault::DiskFull, |e| {
+        matches!(e, StoreError::DiskFull { .. })
+    });
+}
+
+/// Mounts a small tmpfs, fills it through a real `DiskStore`, and checks the error is
+/// `DiskFull`, later writes are refused, and every acknowledged job is on disk. Needs root and
+/// `mount`; skipped (with the reason printed) otherwise.
+#[test]
+fn real_full_disk_on_tmpfs() {
+    let mnt = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+        .arg(mnt.path())
+        .stderr(std::process::Stdio::null())
+        .status();
+    if !matches!(status, Ok(s) if s.success()) {
+        eprintln!("SKIPPED real_full_disk_on_tmpfs: cannot mount a tmpfs here ({status:?})");
+        return;
+    }
+    struct Unmount<'a>(&'a std::path::Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(mnt.path());
+    let dir = mnt.path().join("store");
+    let copy = tempfile::tempdir().unwrap();
+    let mut acked = Vec::new();
+    {
+        let store = match DiskStore::open(&dir, DiskOptions::default()) {
+            Ok(s) => s,
+            Err(e) => panic!("opening a store on an 8 MiB tmpfs failed: {e}"),
+        };
+        let mut first_err = None;
+        'fill: for b in 0..10_000u64 {
+            let batch: Vec<_> = (0..16)
+                .map(|i| {
+                    let mut j = ready(b * 16 + i, "t");
+                    j.body = bytes::Bytes::from(vec![b as u8; 4096]);
+                    Mutation::Put(j)
+                })
+                .collect();
+            match store.commit(&batch) {
+                Ok(()) => acked.extend(batch.iter().map(Mutation::id)),
+                Err(e) => {
+                    first_err = Some(e);
+                    break 'fill;
+                }
+            }
+        }
+        let err = first_err.expect("an 8 MiB disk filled up with 40 MiB of jobs");
+        assert!(
+            matches!(err, StoreError::DiskFull { .. }),
+            "expected DiskFull, got: {err}"
+        );
+        let again = store.commit(&[Mutation::Delete { id: 0 }]).unwrap_err();
+        assert!(matches!(again, StoreError::Poisoned { .. }), "{again}");
+        crate::util::copy_dir(&dir, copy.path());
+    }
+    assert!(!acked.is_empty());
+    // Reopen a copy on a disk with room: every acknowledged job is there.
+    let store = DiskStore::open(copy.path(), DiskOptions::default()).unwrap();
+    for id in &acked {
+        assert!(
+            store.get(*id).unwrap().is_some(),
+            "acknowledged job {id} lost on a full disk"
+        );
+    }
+}

@@ -1,0 +1,145 @@
+//! GroupCommit: every commit is applied (and durable) when it returns; concurrent batches merge.
+
+use std::sync::{Arc, Condvar, Mutex};
+
+use tickwheel_store::{
+    DiskOptions, DiskStore, GroupCommit, JobId, JobRecord, MemStore, Mutation, Recovered, Store,
+    StoreError,
+};
+
+use crate::util::ready;
+
+#[test]
+fn many_threads_every_acknowledged_put_is_durable() {
+    const THREADS: u64 = 16;
+    const PER_THREAD: u64 = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let acked = {
+        let store = Arc::new(GroupCommit::new(
+            DiskStore::open(dir.path(), DiskOptions::default()).unwrap(),
+        ));
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let store = Arc::clone(&store);
+                std::thread::spawn(move || {
+                    let mut acked = Vec::new();
+                    for i in 0..PER_THREAD {
+                        let id = t * 1000 + i;
+                        store.commit(&[Mutation::Put(ready(id, "t"))]).unwrap();
+                        // Visible as soon as the commit returned.
+                        assert_eq!(store.get(id).unwrap(), Some(ready(id, "t")));
+                        acked.push(id);
+                    }
+                    acked
+                })
+            })
+            .collect();
+        let acked: Vec<JobId> = handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        let stats = store.stats();
+        assert_eq!(stats.caller_commits, THREADS * PER_THREAD);
+        assert_eq!(stats.mutations, THREADS * PER_THREAD);
+        assert!(stats.store_commits <= stats.caller_commits);
+        acked
+    };
+    let store = DiskStore::open(dir.path(), DiskOptions::default()).unwrap();
+    for id in &acked {
+        assert_eq!(
+            store.get(*id).unwrap(),
+            Some(ready(*id, "t")),
+            "acknowledged job {id} lost"
+        );
+    }
+    assert_eq!(store.recover(0).unwrap().resident.len(), acked.len());
+}
+
+/// A store whose first commit blocks until the test opens the gate, so that the other callers
+/// pile up behind it deterministically.
+#[derive(Default)]
+struct Gated {
+    inner: MemStore,
+    open: Mutex<bool>,
+    cv: Condvar,
+    commits: Mutex<Vec<usize>>,
+}
+
+impl Store for Gated {
+    fn commit(&self, batch: &[Mutation]) -> Result<(), StoreError> {
+        let mut open = self.open.lock().unwrap();
+        while !*open {
+            open = self.cv.wait(open).unwrap();
+        }
+        self.commits.lock().unwrap().push(batch.len());
+        self.inner.commit(batch)
+    }
+    fn reserve_ids(&self, end: JobId) -> Result<(), StoreError> {
+        self.inner.reserve_ids(end)
+    }
+    fn recover(&self, w: u64) -> Result<Recovered, StoreError> {
+        self.inner.recover(w)
+    }
+    fn get(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
+        self.inner.get(id)
+    }
+    fn delayed_between(&self, f: u64, t: u64, l: usize) -> Result<Vec<JobRecord>, StoreError> {
+        self.inner.delayed_between(f, t, l)
+    }
+}
+
+#[test]
+fn waiting_batches_merge_into_one_store_commit() {
+    const CALLERS: u64 = 12;
+    let store = Arc::new(GroupCommit::new(Gated::default()));
+    let first = {
+        let store = Arc::clone(&store);
+        std::thread::spawn(move || store.commit(&[Mutation::Put(ready(0, "t"))]))
+    };
+    // Wait until the committer holds the first batch (it is no longer pending).
+    while store.stats().caller_commits < 1 {
+        std::thread::yield_now();
+    }
+    let rest: Vec<_> = (1..CALLERS)
+        .map(|id| {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                store.commit(&[
+                    Mutation::Put(ready(id, "t")),
+                    Mutation::Delete { id: 10_000 },
+                ])
+            })
+        })
+        .collect();
+    while store.stats().caller_commits < CALLERS {
+        std::thread::yield_now();
+    }
+    *store.inner().open.lock().unwrap() = true;
+    store.inner().cv.notify_all();
+    first.join().unwrap().unwrap();
+    for h in rest {
+        h.join().unwrap().unwrap();
+    }
+    let commits = store.inner().commits.lock().unwrap().clone();
+    // The first batch alone, or (if the committer had not yet taken it) everything in one.
+    assert!(commits.len() <= 2, "store commits: {commits:?}");
+    assert_eq!(commits.iter().sum::<usize>() as u64, 1 + 2 * (CALLERS - 1));
+    assert!(store.stats().store_commits < store.stats().caller_commits);
+    for id in 0..CALLERS {
+        assert!(store.get(id).unwrap().is_some(), "job {id}");
+    }
+}
+
+#[test]
+fn invalid_batch_is_refused_alone() {
+    let store = GroupCommit::new(MemStore::new());
+    let mut bad = ready(1, "t");
+    bad.tube = "x".repeat(300);
+    assert!(matches!(
+        store.commit(&[Mutation::Put(bad)]),
+        Err(StoreError::TooLarge { .. })
+    ));
+    store.commit(&[Mutation::Put(ready(2, "t"))]).unwrap();
+    assert!(store.get(2).unwrap().is_some());
+    assert_eq!(store.stats().caller_commits, 1);
+}

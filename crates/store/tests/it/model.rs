@@ -1,0 +1,195 @@
+//! `DiskStore` (and `MemStore`) against a `BTreeMap` model: random batches of puts, updates
+//! and deletes, reopens at random points, and after every step `get`, `recover` and
+//! `delayed_between` compared with what the model computes by brute force.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use tickwheel_store::{
+    DiskOptions, DiskStore, JobId, JobRecord, MemStore, Mutation, Recovered, Store, StoredState,
+};
+
+use crate::util::job;
+
+const IDS: u64 = 16;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Batch(Vec<Mutation>),
+    ReserveIds(JobId),
+    Reopen,
+}
+
+fn state_strategy() -> impl Strategy<Value = StoredState> {
+    prop_oneof![
+        Just(StoredState::Ready),
+        Just(StoredState::Buried),
+        (0u64..40).prop_map(|until_ms| StoredState::Delayed { until_ms }),
+    ]
+}
+
+fn mutation_strategy() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        3 => (0..IDS, 0usize..3, state_strategy()).prop_map(|(id, t, s)| Mutation::Put(job(id, ["a", "b", "tube-c"][t], s))),
+        2 => (0..IDS, state_strategy(), 0u32..5).prop_map(|(id, state, priority)| Mutation::Update { id, state, priority }),
+        1 => (0..IDS).prop_map(|id| Mutation::Delete { id }),
+    ]
+}
+
+fn op_strategy() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => proptest::collection::vec(mutation_strategy(), 1..6).prop_map(Op::Batch),
+        1 => (0u64..40).prop_map(Op::ReserveIds),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+#[derive(Default)]
+struct Model {
+    jobs: BTreeMap<JobId, JobRecord>,
+    next_id: JobId,
+}
+
+impl Model {
+    fn apply(&mut self, batch: &[Mutation]) {
+        for m in batch {
+            match m {
+                Mutation::Put(r) => {
+                    self.next_id = self.next_id.max(r.id + 1);
+                    self.jobs.insert(r.id, r.clone());
+                }
+                Mutation::Update {
+                    id,
+                    state,
+                    priority,
+                } => {
+                    if let Some(r) = self.jobs.get_mut(id) {
+                        r.state = state.clone();
+                        r.priority = *priority;
+                    }
+                }
+                Mutation::Delete { id } => {
+                    self.jobs.remove(id);
+                }
+            }
+        }
+    }
+
+    fn recover(&self, window: u64) -> Recovered {
+        let mut far: BTreeMap<String, u64> = BTreeMap::new();
+        let mut resident = Vec::new();
+        for r in self.jobs.values() {
+            match r.state {
+                StoredState::Delayed { until_ms } if until_ms >= window => {
+                    *far.entry(r.tube.clone()).or_default() += 1;
+                }
+                _ => resident.push(r.clone()),
+            }
+        }
+        Recovered {
+            next_id: self.next_id,
+            resident,
+            far_delayed: far.into_iter().collect(),
+        }
+    }
+
+    fn delayed_between(&self, from: u64, to: u64, limit: usize) -> Vec<JobRecord> {
+        let mut v: Vec<_> = self
+            .jobs
+            .values()
+            .filter(|r| matches!(r.state, StoredState::Delayed { until_ms } if from <= until_ms && until_ms < to))
+            .cloned()
+            .collect();
+        v.sort_by_key(|r| (r.until_ms(), r.id));
+        v.truncate(limit);
+        v
+    }
+}
+
+fn check(
+    store: &dyn Store,
+    model: &Model,
+    probe: (u64, u64, u64, usize),
+) -> Result<(), TestCaseError> {
+    for id in 0..IDS {
+        prop_assert_eq!(
+            store.get(id).unwrap(),
+            model.jobs.get(&id).cloned(),
+            "get({})",
+            id
+        );
+    }
+    let (window, from, to, limit) = probe;
+    prop_assert_eq!(
+        store.recover(window).unwrap(),
+        model.recover(window),
+        "recover({})",
+        window
+    );
+    prop_assert_eq!(
+        store.recover(u64::MAX).unwrap(),
+        model.recover(u64::MAX),
+        "recover(MAX)"
+    );
+    prop_assert_eq!(
+        store.delayed_between(from, to, limit).unwrap(),
+        model.delayed_between(from, to, limit),
+        "delayed_between({}, {}, {})",
+        from,
+        to,
+        limit
+    );
+    Ok(())
+}
+
+fn probe_strategy() -> impl Strategy<Value = (u64, u64, u64, usize)> {
+    (0u64..45, 0u64..45, 0u64..45, 0usize..8)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn disk_store_matches_model(ops in proptest::collection::vec((op_strategy(), probe_strategy()), 1..14)) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = DiskStore::open(dir.path(), DiskOptions::default()).unwrap();
+        let mut model = Model::default();
+        for (op, probe) in ops {
+            match op {
+                Op::Batch(b) => {
+                    store.commit(&b).unwrap();
+                    model.apply(&b);
+                }
+                Op::ReserveIds(end) => {
+                    store.reserve_ids(end).unwrap();
+                    model.next_id = model.next_id.max(end);
+                }
+                Op::Reopen => {
+                    drop(store);
+                    store = DiskStore::open(dir.path(), DiskOptions::default()).unwrap();
+                }
+            }
+            check(&store, &model, probe)?;
+        }
+    }
+
+    #[test]
+    fn mem_store_matches_model(ops in proptest::collection::vec((op_strategy(), probe_strategy()), 1..30)) {
+        let store = MemStore::new();
+        let mut model = Model::default();
+        for (op, probe) in ops {
+            match op {
+                Op::Batch(b) => {
+                    store.commit(&b).unwrap();
+                    model.apply(&b);
+                }
+                Op::ReserveIds(end) => {
+                    store.reserve_ids(end).unwrap();
+                    model.next_id = model.next_id.max(end);
+                }
+                Op::Reopen => {}
+            }
+            check(&store, &model, probe)?;
+        }
+    }
+}

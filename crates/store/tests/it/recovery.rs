@@ -1,0 +1,169 @@
+//! Recovery promises: what was committed is there after reopen, deleted jobs stay deleted,
+//! `next_id` never goes backwards, and the format version is checked.
+
+use tickwheel_store::{
+    DiskOptions, DiskStore, Durability, Mutation, Store, StoreError, StoredState,
+};
+
+use crate::util::{delayed, ready};
+
+fn open(dir: &std::path::Path) -> DiskStore {
+    DiskStore::open(dir, DiskOptions::default()).unwrap()
+}
+
+#[test]
+fn committed_jobs_survive_reopen_and_deleted_ones_stay_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = open(dir.path());
+        let batch: Vec<_> = (1..=50)
+            .map(|id| Mutation::Put(delayed(id, "t", id * 1000)))
+            .collect();
+        s.commit(&batch).unwrap();
+        s.commit(&[Mutation::Delete { id: 7 }, Mutation::Delete { id: 50 }])
+            .unwrap();
+        s.commit(&[Mutation::Update {
+            id: 3,
+            state: StoredState::Buried,
+            priority: 9,
+        }])
+        .unwrap();
+    }
+    let s = open(dir.path());
+    assert_eq!(s.get(7).unwrap(), None);
+    assert_eq!(s.get(50).unwrap(), None);
+    let three = s.get(3).unwrap().unwrap();
+    assert_eq!((three.state, three.priority), (StoredState::Buried, 9));
+    assert_eq!(s.get(4).unwrap(), Some(delayed(4, "t", 4000)));
+    // Next id stays past the deleted maximum.
+    let r = s.recover(10_500).unwrap();
+    assert_eq!(r.next_id, 51);
+    // Resident: buried 3 plus delayed 1..=10 except 3 and 7 (due < 10.5 s).
+    let ids: Vec<_> = r.resident.iter().map(|j| j.id).collect();
+    assert_eq!(ids, vec![1, 2, 3, 4, 5, 6, 8, 9, 10]);
+    // Far: 11..=49 = 39 jobs.
+    assert_eq!(r.far_delayed, vec![("t".to_string(), 39)]);
+}
+
+#[test]
+fn next_id_never_goes_backwards() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = open(dir.path());
+        s.reserve_ids(100).unwrap();
+        s.reserve_ids(50).unwrap();
+        assert_eq!(s.recover(0).unwrap().next_id, 100);
+        s.commit(&[Mutation::Put(ready(150, "t"))]).unwrap();
+        s.commit(&[Mutation::Delete { id: 150 }]).unwrap();
+        s.commit(&[Mutation::Put(ready(20, "t"))]).unwrap();
+    }
+    let s = open(dir.path());
+    assert_eq!(s.recover(0).unwrap().next_id, 151);
+    s.reserve_ids(10).unwrap();
+    drop(s);
+    assert_eq!(open(dir.path()).recover(0).unwrap().next_id, 151);
+}
+
+#[test]
+fn far_delayed_counts_track_moves_between_tubes_and_states() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    s.commit(&[
+        Mutation::Put(delayed(1, "a", 5_000)),
+        Mutation::Put(delayed(2, "a", 6_000)),
+        Mutation::Put(delayed(3, "b", 7_000)),
+    ])
+    .unwrap();
+    // Same job put again in another tube, then kicked to ready within one batch.
+    s.commit(&[
+        Mutation::Put(delayed(2, "b", 9_000)),
+        Mutation::Update {
+            id: 1,
+            state: StoredState::Ready,
+            priority: 0,
+        },
+    ])
+    .unwrap();
+    drop(s);
+    let s = open(dir.path());
+    let r = s.recover(0).unwrap();
+    assert_eq!(r.far_delayed, vec![("b".to_string(), 2)]);
+    assert_eq!(r.resident.iter().map(|j| j.id).collect::<Vec<_>>(), vec![1]);
+    assert_eq!(
+        s.delayed_between(0, 8_000, 10)
+            .unwrap()
+            .iter()
+            .map(|j| j.id)
+            .collect::<Vec<_>>(),
+        vec![3]
+    );
+}
+
+#[test]
+fn oversized_values_are_refused_without_poisoning() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    let mut big = ready(1, "t");
+    big.tube = "x".repeat(201);
+    let err = s
+        .commit(&[Mutation::Put(ready(2, "t")), Mutation::Put(big)])
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::TooLarge {
+                what: "tube name",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(s.get(2).unwrap(), None, "a refused batch is refused whole");
+    s.commit(&[Mutation::Put(ready(3, "t"))]).unwrap();
+    assert!(s.get(3).unwrap().is_some());
+}
+
+#[test]
+fn unknown_format_version_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(open(dir.path()));
+    {
+        // Rewrite the version marker with the engine directly.
+        let ks = fjall::Config::new(dir.path()).open().unwrap();
+        let meta = ks
+            .open_partition("meta", fjall::PartitionCreateOptions::default())
+            .unwrap();
+        meta.insert("format_version", 2u32.to_be_bytes()).unwrap();
+        ks.persist(fjall::PersistMode::SyncAll).unwrap();
+    }
+    let err = DiskStore::open(dir.path(), DiskOptions::default()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::UnsupportedVersion {
+                found: 2,
+                supported: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("format version 2"), "{err}");
+}
+
+#[test]
+fn every_durability_mode_survives_a_clean_reopen() {
+    for durability in [
+        Durability::Sync,
+        Durability::Periodic { interval_ms: 5 },
+        Durability::None,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = DiskStore::open(dir.path(), DiskOptions::with_durability(durability)).unwrap();
+            s.commit(&[Mutation::Put(ready(1, "t"))]).unwrap();
+        }
+        let s = open(dir.path());
+        assert_eq!(s.get(1).unwrap(), Some(ready(1, "t")), "{durability:?}");
+    }
+}
