@@ -41,7 +41,7 @@ struct Slot<H> {
 pub(crate) enum OnFire {
     /// Leave it empty (fire-all).
     Leave,
-    /// Remember it for [`Harness::refill`] (churn keeps N live timers).
+    /// Remember it for refilling (churn keeps N live timers).
     Refill,
 }
 
