@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# End-to-end tests of tickwheel-server as a process (tests/e2e, pytest):
+#   test_differential.py  the same sessions against the real beanstalkd, replies compared
+#   test_clients.py       greenstalk and pystalk driving tickwheel-server, with a restart
+#   test_crash.py         SIGKILL under load, restart on the same data dir, check every ack
+# Works on a fresh Debian machine with Rust, Python 3 and apt: installs beanstalkd (as root)
+# if it is missing, makes a virtualenv under the cargo target dir (ignored by git), builds
+# the server in release mode and runs pytest. Extra arguments go to pytest (e.g. -k crash).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "beanstalkd (reference server)"
+if ! command -v beanstalkd >/dev/null; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "beanstalkd is missing and we are not root: apt-get install beanstalkd" >&2
+        exit 1
+    fi
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y beanstalkd
+fi
+command -v beanstalkd
+
+TARGET="${CARGO_TARGET_DIR:-$PWD/target}"
+VENV="${E2E_VENV:-$TARGET/e2e-venv}"
+PYTHON="${PYTHON:-python3}"
+
+step "virtualenv $VENV"
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PYTHON" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check pytest greenstalk pystalk
+
+step "build tickwheel-server (release)"
+cargo build --release -p tickwheel-server
+export TICKWHEEL_BIN="${TICKWHEEL_BIN:-$TARGET/release/tickwheel-server}"
+"$TICKWHEEL_BIN" -v
+
+step "pytest tests/e2e"
+# No caches or bytecode in the source tree.
+export PYTHONDONTWRITEBYTECODE=1
+exec "$VENV/bin/python" -m pytest -p no:cacheprovider -ra tests/e2e "$@"

@@ -1,0 +1,156 @@
+"""Fixtures for the end-to-end suites: start `tickwheel-server` (and the real `beanstalkd`
+for the differential suite) as processes on free loopback ports, and stop them afterwards.
+
+Environment:
+  TICKWHEEL_BIN  the server binary (default: $CARGO_TARGET_DIR or target/, release build)
+  BEANSTALKD_BIN the reference beanstalkd (default: `beanstalkd` on PATH)
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def tickwheel_bin():
+    explicit = os.environ.get("TICKWHEEL_BIN")
+    if explicit:
+        return explicit
+    target = os.environ.get("CARGO_TARGET_DIR") or os.path.join(REPO, "target")
+    return os.path.join(target, "release", "tickwheel-server")
+
+
+def beanstalkd_bin():
+    return os.environ.get("BEANSTALKD_BIN") or shutil.which("beanstalkd") or "beanstalkd"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """A server process on 127.0.0.1:port that can be stopped, killed and restarted (on the
+    same port and, for tickwheel, the same data directory)."""
+
+    def __init__(self, argv_for_port, name, log_dir):
+        self.argv_for_port = argv_for_port
+        self.name = name
+        self.port = None
+        self.proc = None
+        self.log_path = os.path.join(log_dir, f"{name}.log")
+        self.log = open(self.log_path, "ab")
+
+    def start(self, port=None, timeout=10.0):
+        assert self.proc is None, "already running"
+        self.port = port or self.port or free_port()
+        self.proc = subprocess.Popen(
+            self.argv_for_port(self.port),
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=self.log,
+        )
+        self.wait_for_port(timeout)
+        return self
+
+    def wait_for_port(self, timeout):
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"{self.name} exited with {self.proc.returncode}; see {self.log_path}"
+                )
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{self.name} did not listen on {self.port}")
+                time.sleep(0.02)
+
+    def stop(self, sig=signal.SIGTERM, timeout=10.0):
+        """Stops the process (SIGTERM: graceful) and waits for it to exit."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+            raise RuntimeError(f"{self.name} ignored signal {sig} for {timeout}s")
+        finally:
+            self.proc = None
+        return code
+
+    def kill(self):
+        return self.stop(signal.SIGKILL)
+
+    def restart(self):
+        self.stop()
+        return self.start()
+
+    def close(self):
+        try:
+            if self.proc is not None:
+                self.kill()
+        finally:
+            self.log.close()
+
+
+def tickwheel_process(data_dir, log_dir, extra=()):
+    binary = tickwheel_bin()
+    if not os.path.exists(binary):
+        pytest.fail(f"{binary} not found: build it (cargo build --release -p tickwheel-server) "
+                    "or set TICKWHEEL_BIN")
+    return ServerProcess(
+        lambda port: [binary, "-l", "127.0.0.1", "-p", str(port), "-b", data_dir, *extra],
+        "tickwheel",
+        log_dir,
+    )
+
+
+def beanstalkd_process(log_dir, extra=()):
+    binary = beanstalkd_bin()
+    if shutil.which(binary) is None and not os.path.exists(binary):
+        pytest.fail("beanstalkd not found: apt-get install beanstalkd or set BEANSTALKD_BIN")
+    return ServerProcess(
+        lambda port: [binary, "-l", "127.0.0.1", "-p", str(port), *extra],
+        "beanstalkd",
+        log_dir,
+    )
+
+
+@pytest.fixture
+def workdir():
+    path = tempfile.mkdtemp(prefix="tickwheel-e2e-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def module_dir():
+    path = tempfile.mkdtemp(prefix="tickwheel-e2e-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def tickwheel(module_dir):
+    """A tickwheel-server for the whole module, on a free port with its own data dir."""
+    server = tickwheel_process(os.path.join(module_dir, "data"), module_dir)
+    server.start()
+    yield server
+    server.close()
