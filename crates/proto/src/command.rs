@@ -144,6 +144,10 @@ pub(crate) fn parse_line(line: &[u8]) -> Result<Line, LineError> {
     else {
         return Err(LineError::UnknownCommand);
     };
+    if let Verb::Quit = verb {
+        // beanstalkd closes the connection on any line starting with "quit".
+        return Ok(Line::Command(Command::Quit));
+    }
     let mut args = Args(&line[verb_text.len()..]);
     let command = match verb {
         Verb::Put => {
@@ -179,7 +183,7 @@ pub(crate) fn parse_line(line: &[u8]) -> Result<Line, LineError> {
             priority: args.u32()?,
         },
         Verb::KickJob => Command::KickJob(args.u64()?),
-        Verb::Kick => Command::Kick(args.u64()?),
+        Verb::Kick => Command::Kick(args.wrapping_u64()?),
         Verb::Touch => Command::Touch(args.u64()?),
         Verb::StatsJob => Command::StatsJob(args.u64()?),
         Verb::StatsTube => Command::StatsTube(args.tube()?),
@@ -220,16 +224,39 @@ impl<'a> Args<'a> {
         u32::try_from(self.u64()?).map_err(|_| LineError::BadFormat)
     }
 
-    /// `reserve-with-timeout`'s argument: like beanstalkd, a negative number means no
-    /// timeout.
+    /// `reserve-with-timeout`'s argument, read as beanstalkd reads it (C's `strtol`): a
+    /// negative number means no timeout, and anything that is not a number in range means 0.
     fn timeout(&mut self) -> Result<Option<u32>, LineError> {
+        let rest = self.skip_spaces();
+        let (negative, digits_from) = match rest.first() {
+            Some(b'-') => (true, &rest[1..]),
+            Some(b'+') => (false, &rest[1..]),
+            _ => (false, rest),
+        };
+        let digits = digits_from
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        let value = std::str::from_utf8(&digits_from[..digits])
+            .ok()
+            .and_then(|d| d.parse::<u32>().ok());
+        self.0 = &[]; // the rest of the line is ignored, as strtol does
+        Ok(match (negative, value) {
+            (true, Some(v)) if v > 0 => None,
+            (_, Some(v)) => Some(v),
+            (_, None) => Some(0),
+        })
+    }
+
+    /// `kick`'s bound, read as beanstalkd reads it (C's `strtoul`): a negative number wraps
+    /// around to a huge bound.
+    fn wrapping_u64(&mut self) -> Result<u64, LineError> {
         let rest = self.skip_spaces();
         if let Some(negative) = rest.strip_prefix(b"-") {
             self.0 = negative;
-            self.u64()?;
-            return Ok(None);
+            return Ok(self.u64()?.wrapping_neg());
         }
-        self.u32().map(Some)
+        self.u64()
     }
 
     /// A tube name: up to the next space or the end of the line.

@@ -84,6 +84,5 @@ impl Tube {
             && self.using == 0
             && self.watching == 0
             && self.waiters.is_empty()
-            && self.paused.is_none()
     }
 }

@@ -101,6 +101,9 @@ async fn read_commands<R: AsyncRead + Unpin>(
                 Frame::Command(Command::Quit) => return Ok(()),
                 Frame::Command(command) => command,
                 Frame::Error(error) => {
+                    if error == ErrorReply::ExpectedCrlf {
+                        shared.lock().count_failed_put(client);
+                    }
                     send(replies, Ticket::done(), Reply::Error(error)).await?;
                     continue;
                 }
@@ -208,7 +211,13 @@ async fn wait_for_job<R: AsyncRead + Unpin>(
 /// waits for.
 fn execute(shared: &Shared, client: ClientId, command: Command) -> (Ticket, Outcome) {
     use Outcome::Reply as R;
-    let now = shared.now();
+    let (now, past_the_ms) = shared.clock_reading();
+    // Durations from the protocol, in ms, rounded so that the deadline they make is never
+    // before the true time plus the duration.
+    let secs = |seconds: u32| match seconds {
+        0 => 0,
+        s => u64::from(s) * 1000 + u64::from(past_the_ms),
+    };
     let mut engine = shared.lock();
     let not_found = |r: Result<(), Error>, ok: Reply| match r {
         Ok(()) => ok,
@@ -340,10 +349,6 @@ fn reserve(
 
 fn found(job: Option<tickwheel_queue::JobView>) -> Reply {
     job.map_or(Reply::NotFound, |j| Reply::Found(j.id, j.body))
-}
-
-fn secs(seconds: u32) -> u64 {
-    u64::from(seconds) * 1000
 }
 
 fn bump(counter: &std::sync::atomic::AtomicU64) {

@@ -87,10 +87,25 @@ impl Shared {
     /// Wall-clock milliseconds since the Unix epoch: delays are stored as absolute times so
     /// they survive restarts.
     pub(crate) fn now(&self) -> Millis {
-        let wall = SystemTime::now()
+        self.clock_reading().0
+    }
+
+    /// The clock in whole milliseconds (rounded down, so nothing is found due early), and
+    /// whether the true time is past that millisecond. A deadline computed from the reading
+    /// must add one millisecond when it is: a job put at 10.9 ms with a 1 s delay is due at
+    /// 1010.9 ms, so the engine must see it due at 1011, not 1010.
+    pub(crate) fn clock_reading(&self) -> (Millis, bool) {
+        let since_epoch = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        self.clock.fetch_max(wall, Ordering::Relaxed).max(wall)
+            .unwrap_or_default();
+        let wall = since_epoch.as_millis() as u64;
+        let fraction = since_epoch.subsec_nanos() % 1_000_000 != 0;
+        let previous = self.clock.fetch_max(wall, Ordering::Relaxed);
+        if previous > wall {
+            // The wall clock stepped back: the engine keeps its later reading.
+            return (previous, true);
+        }
+        (wall, fraction)
     }
 
     /// The ticket of the latest batch submitted.

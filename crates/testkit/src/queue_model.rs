@@ -158,6 +158,7 @@ pub fn run_queue_ops_with(ops: &[QueueOp], window: Option<u64>) -> Result<(), St
         r.move_window()
             .and_then(|()| r.step(op))
             .and_then(|()| r.events())
+            .map(|()| r.forget_dropped_tubes())
             .and_then(|()| r.persist())
             .and_then(|()| r.check_all())
             .map_err(|e| {
@@ -772,9 +773,17 @@ impl Runner {
         Ok(())
     }
 
+    /// A tube nobody refers to is gone, and its pause with it (as in beanstalkd).
+    fn forget_dropped_tubes(&mut self) {
+        for tube in 0..TUBES.len() {
+            if !self.tube_exists(tube) {
+                self.paused[tube] = 0;
+            }
+        }
+    }
+
     fn tube_exists(&self, tube: usize) -> bool {
         tube == 0
-            || self.paused[tube] > self.t
             || self.jobs.values().any(|j| j.tube == tube)
             || self
                 .clients

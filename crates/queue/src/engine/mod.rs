@@ -286,6 +286,7 @@ impl Engine {
                 Timer::Unpause(tube) => {
                     if let Some(t) = self.tubes[tube as usize].as_mut() {
                         t.paused = None;
+                        t.pause = 0; // beanstalkd reports `pause: 0` once a pause is over
                         self.to_serve.push(tube);
                     }
                 }
@@ -581,8 +582,9 @@ impl Engine {
     ) -> Result<JobView, Error> {
         self.advance(now);
         self.cmd.reserve_job += 1;
-        if !self.clients.contains_key(&client) {
-            return Err(Error::NotFound);
+        match self.clients.get_mut(&client) {
+            Some(c) => c.worker = true,
+            None => return Err(Error::NotFound),
         }
         let job = self.jobs.get(&id).ok_or(Error::NotFound)?;
         if job.state == JobState::Reserved {
@@ -742,8 +744,7 @@ impl Engine {
     ///
     /// [`Error::NotFound`] if there is no such job or it is ready or reserved.
     pub fn kick_job(&mut self, now: Millis, id: JobId) -> Result<(), Error> {
-        self.advance(now);
-        self.cmd.kick += 1;
+        self.advance(now); // beanstalkd counts kick-job in no `cmd-*` counter
         match self.jobs.get(&id).map(|j| j.state) {
             Some(JobState::Buried | JobState::Delayed) => {
                 self.kick_one(id);
@@ -1193,6 +1194,10 @@ impl Engine {
             return;
         };
         if t.is_unused() && t.name.as_str() != "default" {
+            // A pause does not keep a tube alive (as in beanstalkd); its timer goes with it.
+            if let Some(pause) = t.paused {
+                self.wheel.remove(pause.timer);
+            }
             let name = t.name.clone();
             self.tube_ids.remove(&name);
             self.tubes[tube as usize] = None;
@@ -1206,6 +1211,15 @@ impl Engine {
 
     fn tube_mut(&mut self, tube: TubeId) -> &mut Tube {
         self.tubes[tube as usize].as_mut().expect("tube exists")
+    }
+
+    /// A `put` that failed before reaching the engine (its body was not followed by CRLF)
+    /// still counts, as in beanstalkd: `cmd-put`, and the client as a producer.
+    pub fn count_failed_put(&mut self, client: ClientId) {
+        self.cmd.put += 1;
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.producer = true;
+        }
     }
 
     /// Registers a new job (not yet in any state's queue) and counts it.
