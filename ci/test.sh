@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The project's test command (README "Run the tests"). Every check CI runs, in order:
-# formatting, lints, unit/integration/property tests, doctests, docs, loom (bounded),
-# benchmark and fuzz-target compilation, and a short fuzz smoke run.
-# Installs the cargo tools it needs when they are missing, so a fresh machine works.
+# formatting, lints, unit/integration/property tests, doctests, docs, benchmark compilation,
+# loom (bounded), fuzz targets (build + a short run each), and the end-to-end suites against
+# the real beanstalkd and real Python clients (ci/e2e.sh).
+# Installs what it needs when missing (cargo-nextest, cargo-fuzz, beanstalkd, a Python
+# virtualenv), so a fresh machine works.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,3 +35,4 @@ cargo bench --workspace --no-run --locked
 
 bash ci/loom.sh
 bash ci/fuzz.sh
+bash ci/e2e.sh
