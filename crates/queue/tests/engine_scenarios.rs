@@ -53,16 +53,16 @@ fn ttr_expiry_returns_the_job_and_counts_a_timeout() {
     let mut e = engine();
     let id = put(&mut e, 0, 0, 0, 2_000, "x");
     assert!(matches!(e.reserve(0, B, None), Reserve::Job(_)));
-    e.advance(1_999);
-    assert_eq!(e.job_state(id), Some(JobState::Reserved));
     e.advance(2_000);
+    assert_eq!(e.job_state(id), Some(JobState::Reserved));
+    e.advance(2_001); // strictly after the deadline
     assert_eq!(e.job_state(id), Some(JobState::Ready));
     let stats = e.job_stats(id).expect("job exists");
     assert_eq!((stats.reserves, stats.timeouts), (1, 1));
     assert_eq!(e.stats().job_timeouts, 1);
     // The former holder cannot release it any more, but anyone may delete a ready job.
-    assert_eq!(e.release(2_000, B, id, 0, 0), Err(Error::NotFound));
-    assert_eq!(e.delete(2_000, B, id), Ok(()));
+    assert_eq!(e.release(2_001, B, id, 0, 0), Err(Error::NotFound));
+    assert_eq!(e.delete(2_001, B, id), Ok(()));
 }
 
 #[test]

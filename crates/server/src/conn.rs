@@ -212,8 +212,9 @@ async fn wait_for_job<R: AsyncRead + Unpin>(
 fn execute(shared: &Shared, client: ClientId, command: Command) -> (Ticket, Outcome) {
     use Outcome::Reply as R;
     let (now, past_the_ms) = shared.clock_reading();
-    // Durations from the protocol, in ms, rounded so that the deadline they make is never
-    // before the true time plus the duration.
+    // Delays from the protocol, in ms, rounded so that the deadline they make is never before
+    // the true time plus the delay. (A TTR needs no rounding: the engine ends a lease strictly
+    // after its deadline.)
     let secs = |seconds: u32| match seconds {
         0 => 0,
         s => u64::from(s) * 1000 + u64::from(past_the_ms),
@@ -230,7 +231,14 @@ fn execute(shared: &Shared, client: ClientId, command: Command) -> (Ticket, Outc
             ttr,
             body,
         } => R(
-            match engine.put(now, client, priority, secs(delay), secs(ttr), body) {
+            match engine.put(
+                now,
+                client,
+                priority,
+                secs(delay),
+                u64::from(ttr) * 1000,
+                body,
+            ) {
                 Ok(id) => Reply::Inserted(id),
                 Err(Error::Draining) => Reply::Draining,
                 Err(Error::JobTooBig) => Reply::Error(ErrorReply::JobTooBig),

@@ -86,7 +86,7 @@ impl SJob {
     fn at(&self, t: u64) -> S {
         match self.state {
             S::Delayed { until } if until <= t => S::Ready,
-            S::Reserved { deadline, .. } if deadline <= t => S::Ready,
+            S::Reserved { deadline, .. } if deadline < t => S::Ready,
             s => s,
         }
     }

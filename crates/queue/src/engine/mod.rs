@@ -951,7 +951,12 @@ impl Engine {
                 // The safety margin started: warn the owner if it waits, then wait for the end.
                 job.warned = true;
                 let (owner, deadline) = (job.owner, job.deadline);
-                job.timer = Some(self.wheel.insert(deadline, Timer::Job(id)));
+                // The lease ends strictly after its deadline: with whole-millisecond clocks a
+                // reservation taken at 10.9 ms with a 1 s TTR must not end at 1010 ms.
+                job.timer = Some(
+                    self.wheel
+                        .insert(deadline.saturating_add(1), Timer::Job(id)),
+                );
                 if let Some(owner) = owner {
                     if self
                         .clients
