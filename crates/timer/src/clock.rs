@@ -154,7 +154,16 @@ impl TickSource {
 
     /// The first tick at or after `deadline`.
     pub(crate) fn tick_ceil(&self, deadline: Instant) -> u64 {
-        let ns = self.nanos_since_origin(deadline);
+        let since = deadline.saturating_duration_since(self.origin);
+        // The common case (within ~584 years of the origin) in 64-bit arithmetic.
+        if let Some(ns) = since
+            .as_secs()
+            .checked_mul(1_000_000_000)
+            .and_then(|s| s.checked_add(u64::from(since.subsec_nanos())))
+        {
+            return ns.div_ceil(self.resolution_ns);
+        }
+        let ns = since.as_nanos();
         let res = u128::from(self.resolution_ns);
         u64::try_from(ns.div_ceil(res)).unwrap_or(u64::MAX)
     }

@@ -68,9 +68,10 @@
 //!
 //! # Design
 //!
-//! One driver thread owns the wheel. Producers on any thread push commands onto a lock-free
-//! queue and wake the driver only when their deadline is earlier than the one it sleeps
-//! towards; see the `driver` module's ground rules.
+//! One driver thread fires due timers from a wheel behind one short mutex. Producers on any
+//! thread insert and cancel directly (a cancel frees the entry and the closure at once, on
+//! the cancelling thread) and wake the driver only when their deadline is earlier than the
+//! one it sleeps towards; see the `driver` module's ground rules and `BENCHMARKS.md`.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]

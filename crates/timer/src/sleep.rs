@@ -17,10 +17,10 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use crate::driver::{Fired, Inner, STOPPED};
+use crate::driver::{Fired, Inner, Insert, Inserted, STOPPED};
 use crate::metrics::Counters;
-use crate::sync::{fence, Arc, Mutex, Ordering};
-use crate::task::{Job, PendingTask, TaskCore, DONE, NO_KEY, SHUTDOWN, WAITING};
+use crate::sync::{Arc, Mutex, Ordering};
+use crate::task::{Job, PendingTask, Tally, TaskCore, DONE, SHUTDOWN, WAITING};
 
 pub(crate) struct SleepEntry {
     core: TaskCore,
@@ -50,7 +50,7 @@ impl Job for SleepEntry {
         Fired::Woke
     }
 
-    fn run(self: Arc<Self>, _inner: &Arc<Inner>) {}
+    fn run(self: Arc<Self>, _inner: &Arc<Inner>, _tally: &mut Tally) {}
 
     fn take_pending(&self, _inner: &Inner, _deadline_tick: u64) -> Option<PendingTask> {
         None
@@ -67,7 +67,7 @@ impl Job for SleepEntry {
 ///
 /// Created by [`Timer::sleep`](crate::Timer::sleep), [`sleep`](crate::sleep()) and friends.
 /// Creating one costs nothing; the first poll registers it with the timer (one allocation,
-/// one lock-free push); dropping it cancels that registration in O(1). It is `Unpin`,
+/// one wheel insert under a short lock); dropping it cancels that registration in O(1). It is `Unpin`,
 /// `Send` and `Sync`, and works on any executor.
 ///
 /// # Cancellation safety
@@ -137,7 +137,7 @@ impl Sleep {
         self.armed = false;
         if let Some(e) = &self.entry {
             if e.core.transition(WAITING, crate::task::CANCELLED) {
-                self.inner.cancelled(&e.core);
+                self.inner.cancelled(&e.core, false);
                 self.entry = None; // the driver may still hold it: never re-arm this one
             } else if e.core.state.load(Ordering::SeqCst) != DONE {
                 self.entry = None;
@@ -150,7 +150,6 @@ impl Sleep {
             Some(e) => {
                 // DONE: the driver has unlinked it; only we touch it now.
                 *e.waker.lock() = Some(waker.clone());
-                e.core.key.store(NO_KEY, Ordering::SeqCst);
                 e.core.state.store(WAITING, Ordering::SeqCst);
                 e
             }
@@ -160,10 +159,11 @@ impl Sleep {
             }),
         };
         let tick = self.inner.ticks.tick_ceil(self.deadline);
-        self.inner.submit(Arc::clone(&entry) as Arc<dyn Job>, tick);
-        Counters::bump(&self.inner.counters.scheduled);
-        fence(Ordering::SeqCst);
-        if self.inner.run_state() == STOPPED {
+        if self
+            .inner
+            .insert(Arc::clone(&entry) as Arc<dyn Job>, tick, Insert::Async)
+            != Inserted::Linked
+        {
             entry.shut_down();
         }
         self.entry = Some(entry);
@@ -185,6 +185,16 @@ impl Future for Sleep {
                 "tickwheel: a Sleep was polled after its Timer stopped"
             );
             this.register(cx.waker());
+            // The slot already holds this waker: skip the slot lock below.
+            return match this
+                .entry
+                .as_ref()
+                .map(|e| e.core.state.load(Ordering::SeqCst))
+            {
+                Some(DONE) => Poll::Ready(()),
+                Some(SHUTDOWN) => panic!("tickwheel: a Sleep was polled after its Timer stopped"),
+                _ => Poll::Pending,
+            };
         }
         let Some(entry) = &this.entry else {
             return Poll::Pending;

@@ -12,13 +12,12 @@
 //!   repeating task cancelled while it ran).
 //!
 //! Whoever wins a compare-and-swap out of `WAITING` owns what follows (running, or dropping
-//! the closure and asking the driver to unlink the wheel entry); everyone else backs off. The
+//! the closure and unlinking the wheel entry); everyone else backs off. The
 //! closure sits in a `Mutex<Option<F>>` that only that winner takes.
 //!
-//! `key` is the wheel key, written by the driver after inserting and read by a canceller.
-//! The driver writes `key` then reads `state`; a canceller writes `state` then reads `key`
-//! (both `SeqCst`), so at least one of them sees the other and the entry is unlinked
-//! promptly, never left in the wheel until its deadline.
+//! `key` is the wheel key, written and read only under the driver's wheel lock (an insert
+//! stores it, a canceller reads it to unlink the entry at once). An insert re-reads `state`
+//! after linking, so a task cancelled while being re-inserted is unlinked right there.
 
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -67,7 +66,9 @@ pub(crate) trait Job: Send + Sync + 'static {
     /// driver then has them run); async timers wake their task here.
     fn fire(&self, inner: &Inner, deadline_tick: u64) -> Fired;
     /// Runs the callback; only called after `fire` returned `true`.
-    fn run(self: Arc<Self>, inner: &Arc<Inner>);
+    /// Counts into `tally` (settled once per batch, so workers do not contend on the
+    /// shared counters per callback).
+    fn run(self: Arc<Self>, inner: &Arc<Inner>, tally: &mut Tally);
     /// Takes back a callback that never ran (for `stop`); marks the timer cancelled.
     fn take_pending(&self, inner: &Inner, deadline_tick: u64) -> Option<PendingTask>;
     /// Drops the closure, if it is still there, after a won cancel.
@@ -82,6 +83,14 @@ pub(crate) trait Job: Send + Sync + 'static {
     fn next_tick(&self) -> Option<u64> {
         None
     }
+}
+
+/// What a batch of runs did to the shared counters, applied once by [`Inner::settle`].
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    pub(crate) fired: u64,
+    /// Pending slots released.
+    pub(crate) finished: usize,
 }
 
 /// A one-shot callback.
@@ -110,26 +119,25 @@ impl<F: FnOnce() + Send + 'static> Job for OnceTask<F> {
     }
 
     fn fire(&self, _inner: &Inner, _deadline_tick: u64) -> Fired {
-        if self.core.state.load(Ordering::SeqCst) == WAITING {
-            Fired::Run
-        } else {
-            Fired::Nothing
-        }
+        // No state check here: `run` decides with its CAS. A cancelled timer has normally
+        // left the wheel already, and skipping the load spares the driver (the serial part
+        // of a burst) a cache miss per timer.
+        Fired::Run
     }
 
-    fn run(self: Arc<Self>, inner: &Arc<Inner>) {
+    fn run(self: Arc<Self>, inner: &Arc<Inner>, tally: &mut Tally) {
         if !self.core.transition(WAITING, RUNNING) {
             return; // cancelled between firing and running
         }
         let Some(f) = self.f.lock().take() else {
             return;
         };
-        Counters::bump(&inner.counters.fired);
+        tally.fired += 1;
         if catch_unwind(AssertUnwindSafe(f)).is_err() {
             Counters::bump(&inner.counters.panicked);
         }
         self.core.state.store(DONE, Ordering::SeqCst);
-        inner.task_finished();
+        tally.finished += 1;
     }
 
     fn take_pending(&self, inner: &Inner, deadline_tick: u64) -> Option<PendingTask> {
@@ -145,7 +153,10 @@ impl<F: FnOnce() + Send + 'static> Job for OnceTask<F> {
     }
 
     fn discard(&self) {
-        drop(self.f.lock().take());
+        // A closure with nothing to drop needs no lock: the state CAS already stops it.
+        if std::mem::needs_drop::<F>() {
+            drop(self.f.lock().take());
+        }
     }
 }
 
@@ -188,21 +199,20 @@ impl<F: FnMut() + Send + 'static> Job for RepeatTask<F> {
     }
 
     fn fire(&self, _inner: &Inner, _deadline_tick: u64) -> Fired {
-        if self.core.state.load(Ordering::SeqCst) == WAITING {
-            Fired::Run
-        } else {
-            Fired::Nothing
-        }
+        // No state check here: `run` decides with its CAS. A cancelled timer has normally
+        // left the wheel already, and skipping the load spares the driver (the serial part
+        // of a burst) a cache miss per timer.
+        Fired::Run
     }
 
-    fn run(self: Arc<Self>, inner: &Arc<Inner>) {
+    fn run(self: Arc<Self>, inner: &Arc<Inner>, tally: &mut Tally) {
         if !self.core.transition(WAITING, RUNNING) {
             return;
         }
         let Some(mut f) = self.f.lock().take() else {
             return;
         };
-        Counters::bump(&inner.counters.fired);
+        tally.fired += 1;
         let panicked = catch_unwind(AssertUnwindSafe(&mut f)).is_err();
         if panicked {
             Counters::bump(&inner.counters.panicked);
@@ -214,14 +224,20 @@ impl<F: FnMut() + Send + 'static> Job for RepeatTask<F> {
         // A panicking repeating task is not run again: it is likely to panic every time.
         if panicked || inner.is_shutting_down() {
             if self.core.transition(RUNNING, DONE) {
-                inner.task_finished();
+                tally.finished += 1;
             }
             return; // dropping `f` here, outside every lock
         }
         *self.f.lock() = Some(f);
-        self.core.key.store(NO_KEY, Ordering::SeqCst);
         if self.core.transition(RUNNING, WAITING) {
-            inner.submit(self, next);
+            if inner.insert(self.clone(), next, crate::driver::Insert::Again)
+                != crate::driver::Inserted::Linked
+                && self.core.transition(WAITING, CANCELLED)
+            {
+                // `stop` drained the wheel while we ran: no further run.
+                drop(self.f.lock().take());
+                tally.finished += 1;
+            }
         } else {
             // Cancelled while running: the canceller already counted it; drop the closure.
             drop(self.f.lock().take());
@@ -307,13 +323,23 @@ impl TimerHandle {
     /// ```
     pub fn cancel(&self) -> bool {
         let core = self.job.core();
-        let won = core.transition(WAITING, CANCELLED)
-            || (self.job.next_tick().is_some() && core.transition(RUNNING, CANCELLED));
+        let repeating = self.job.next_tick().is_some();
+        // Retry while a repeating task flips between RUNNING and WAITING under us: trying
+        // each transition once could miss both (found by `cancel_vs_repeating_reinsert`).
+        let won = loop {
+            let from = match core.state.load(Ordering::SeqCst) {
+                WAITING => WAITING,
+                RUNNING if repeating => RUNNING,
+                _ => break false,
+            };
+            if core.transition(from, CANCELLED) {
+                break true;
+            }
+        };
         if won {
             // Drop the closure now (a running repeating task drops it when its run ends).
             self.job.discard();
-            self.inner.cancelled(core);
-            self.inner.task_finished();
+            self.inner.cancelled(core, true);
         }
         won
     }

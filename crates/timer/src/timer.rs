@@ -6,13 +6,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::builder::Builder;
-use crate::driver::{join_all, Inner, STOPPED};
+use crate::driver::{join_all, Inner, Insert, Inserted};
 use crate::error::ScheduleError;
 use crate::interval::{Interval, MissedTickBehavior};
 use crate::metrics::{Counters, Metrics};
 use crate::sleep::Sleep;
-use crate::sync::{fence, Arc, Ordering};
-use crate::task::{Job, OnceTask, PendingTask, RepeatTask, TimerHandle, CANCELLED, WAITING};
+use crate::sync::Arc;
+use crate::task::{Job, OnceTask, PendingTask, RepeatTask, TimerHandle};
 use crate::timeout::Timeout;
 
 /// A timer service: a driver thread that owns a hierarchical timing wheel, plus a pool of
@@ -223,18 +223,14 @@ impl Timer {
     /// Checks shutdown and `max_pending`; on refusal, a constructor of the error.
     fn refuse<F>(&self) -> Option<fn(F) -> ScheduleError<F>> {
         let inner = self.inner();
-        let refusal: fn(F) -> ScheduleError<F> = if inner.is_shutting_down() {
-            ScheduleError::Shutdown
-        } else if !inner.try_reserve() {
-            ScheduleError::Full
-        } else {
-            return None;
-        };
+        if !inner.is_shutting_down() {
+            return None; // `max_pending` is checked under the wheel lock, in `insert`
+        }
         Counters::bump(&inner.counters.rejected);
-        Some(refusal)
+        Some(ScheduleError::Shutdown)
     }
 
-    /// Submits a reserved task. If `stop` raced with us and the task is still ours, takes
+    /// Links a reserved task into the wheel. If `stop` has already drained the wheel, takes
     /// the closure back: every task either runs, is returned by `stop`, or is refused here.
     fn submit_checked<F>(
         &self,
@@ -243,17 +239,16 @@ impl Timer {
         take: impl FnOnce() -> Option<F>,
     ) -> Result<(), ScheduleError<F>> {
         let inner = self.inner();
-        inner.submit(Arc::clone(&job), tick);
-        fence(Ordering::SeqCst);
-        if inner.run_state() == STOPPED && job.core().transition(WAITING, CANCELLED) {
-            inner.task_finished();
-            Counters::bump(&inner.counters.rejected);
-            if let Some(f) = take() {
-                return Err(ScheduleError::Shutdown(f));
-            }
+        let refusal: fn(F) -> ScheduleError<F> = match inner.insert(job, tick, Insert::Callback) {
+            Inserted::Linked => return Ok(()),
+            Inserted::Closed => ScheduleError::Shutdown,
+            Inserted::Full => ScheduleError::Full,
+        };
+        Counters::bump(&inner.counters.rejected);
+        match take() {
+            Some(f) => Err(refusal(f)),
+            None => Ok(()),
         }
-        Counters::bump(&inner.counters.scheduled);
-        Ok(())
     }
 
     /// Callbacks scheduled and not yet run or cancelled (repeating tasks count until
@@ -266,7 +261,7 @@ impl Timer {
     /// A snapshot of the counters and the lateness histogram.
     #[must_use]
     pub fn metrics(&self) -> Metrics {
-        self.inner().counters.snapshot()
+        self.inner().metrics()
     }
 
     /// Stops the service now: no callback starts after this returns, running ones are

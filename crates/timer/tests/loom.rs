@@ -186,3 +186,47 @@ fn drop_sleep_vs_fire() {
         assert_eq!(m.fired + m.cancelled, 1, "{m:?}");
     });
 }
+
+/// The wheel lock protocol: a repeating task is re-inserted by the (inline) driver after
+/// its run while another thread cancels it. The insert re-reads the state after linking,
+/// so the cancel always wins for the future and no run starts after it.
+#[test]
+fn cancel_vs_repeating_reinsert() {
+    model(|| {
+        let (timer, clock) = manual_timer();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let r = Arc::clone(&runs);
+        let handle = timer
+            .schedule_repeating(
+                Duration::ZERO,
+                Duration::from_millis(1),
+                tickwheel::MissedTickBehavior::Skip,
+                move || {
+                    r.fetch_add(1, SeqCst);
+                },
+            )
+            .expect("schedule");
+        let h = handle.clone();
+        let canceller = thread::spawn(move || h.cancel());
+        let driver = {
+            let timer = timer.clone();
+            thread::spawn(move || {
+                timer.__turn();
+            })
+        };
+        let cancelled = canceller.join().expect("canceller");
+        driver.join().expect("driver");
+        assert!(
+            cancelled,
+            "a repeating task that has not finished can be cancelled"
+        );
+        let after = runs.load(SeqCst);
+        assert!(after <= 1, "ran {after} times in one turn");
+        clock.advance(Duration::from_millis(5));
+        timer.__turn();
+        assert_eq!(runs.load(SeqCst), after, "no run starts after the cancel");
+        assert_eq!(handle.state(), TaskState::Cancelled);
+        assert_eq!(timer.pending(), 0);
+        assert_eq!(timer.stop().len(), 0);
+    });
+}
