@@ -335,12 +335,9 @@ impl Runner {
                 }
             }
             QueueOp::ReserveJob(c, pick) => {
-                let c = c % CLIENTS;
-                if !self.clients.contains_key(&c) || self.clients[&c].waiting.is_some() {
+                let Some((c, id)) = self.idle_client_and_job(c, pick) else {
                     return Ok(());
-                }
-                let id = self.job_id(pick);
-                self.load_by_id(id);
+                };
                 let ok = self
                     .jobs
                     .get(&id)
@@ -352,12 +349,9 @@ impl Runner {
                 }
             }
             QueueOp::Delete(c, pick) => {
-                let c = c % CLIENTS;
-                if !self.clients.contains_key(&c) || self.clients[&c].waiting.is_some() {
+                let Some((c, id)) = self.idle_client_and_job(c, pick) else {
                     return Ok(());
-                }
-                let id = self.job_id(pick);
-                self.load_by_id(id);
+                };
                 let ok = self
                     .jobs
                     .get(&id)
@@ -626,6 +620,18 @@ impl Runner {
     fn load_range(&mut self, from: u64, to: u64) {
         let records = self.records_between(from, to);
         self.engine.load_window(records);
+    }
+
+    /// The client (if connected and not blocked in a reserve) and the job a command names,
+    /// with the job brought into memory as a server would.
+    fn idle_client_and_job(&mut self, c: u8, pick: u64) -> Option<(u8, JobId)> {
+        let c = c % CLIENTS;
+        if self.clients.get(&c)?.waiting.is_some() {
+            return None;
+        }
+        let id = self.job_id(pick);
+        self.load_by_id(id);
+        Some((c, id))
     }
 
     /// Plays the server before a command on a job id: a far job is read from the store.
