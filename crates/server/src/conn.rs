@@ -1,9 +1,11 @@
 //! One client connection: decode commands, run them on the engine, write the replies in
 //! order once what they report is durable.
 //!
-//! A reader task decodes and executes; a writer task waits for each reply's commit ticket and
-//! writes. The channel between them is bounded, so a client that never reads its replies
-//! stops being read from (its memory stays bounded), without slowing anyone else down.
+//! One task per connection. It executes every command it has bytes for, then waits for the
+//! commits those replies depend on (tickets resolve in order) and writes all the replies in
+//! one write: a pipelining client gets one write per read, and a request-response client costs
+//! no hand-off between tasks. A client that never reads its replies blocks its own write, so
+//! it stops being read from (its memory stays bounded) without slowing anyone else down.
 
 use std::sync::Arc;
 
@@ -18,8 +20,8 @@ use crate::commit::Ticket;
 use crate::shared::{Pending, Shared};
 use crate::stats;
 
-/// Replies queued for the writer before the reader stops reading.
-const QUEUED_REPLIES: usize = 64;
+/// Replies held back (waiting for their commits) before they are written anyway.
+const MAX_HELD_REPLIES: usize = 64;
 
 /// Serves one connection until the client quits or disconnects, or the server shuts down.
 pub(crate) async fn serve<S>(
@@ -32,18 +34,25 @@ pub(crate) async fn serve<S>(
 {
     let client = shared.next_client_id();
     shared.lock().connect(client);
-    let (mut reader, writer) = tokio::io::split(stream);
-    let (replies, queue) = mpsc::channel::<Pending>(QUEUED_REPLIES);
-    let writer_task = tokio::spawn(write_replies(writer, queue));
+    let (mut reader, mut writer) = tokio::io::split(stream);
+    let mut replies = Replies {
+        held: Vec::new(),
+        out: BytesMut::with_capacity(256),
+    };
     let outcome = read_commands(
         &shared,
         client,
         &mut reader,
-        &replies,
+        &mut writer,
+        &mut replies,
         max_job_size,
         &shutdown,
     )
     .await;
+    let outcome = match outcome {
+        Ok(()) => replies.flush(&mut writer).await,
+        Err(error) => Err(error),
+    };
     if let Err(error) = outcome {
         tracing::debug!(client = client.0, %error, "connection closed with an error");
     }
@@ -52,44 +61,45 @@ pub(crate) async fn serve<S>(
         engine.disconnect(shared.now(), client);
         shared.after_op(&mut engine);
     }
-    drop(replies);
-    let _ = writer_task.await;
 }
 
-async fn write_replies<W: AsyncWrite>(
-    writer: W,
-    mut queue: mpsc::Receiver<Pending>,
-) -> std::io::Result<()> {
-    tokio::pin!(writer);
-    let mut out = BytesMut::with_capacity(256);
-    while let Some((ticket, reply)) = queue.recv().await {
-        let reply = match ticket.wait().await {
-            Ok(()) => reply,
-            Err(_) => Reply::InternalError,
-        };
-        reply.encode(&mut out);
-        // Gather what else is ready so a pipelining client gets one write, not many.
-        while let Ok((ticket, reply)) = queue.try_recv() {
+/// Replies executed but not yet written.
+struct Replies {
+    held: Vec<Pending>,
+    out: BytesMut,
+}
+
+impl Replies {
+    fn push(&mut self, ticket: Ticket, reply: Reply) {
+        self.held.push((ticket, reply));
+    }
+
+    /// Waits for the commits of the held replies, in order, and writes them in one go.
+    async fn flush<W: AsyncWrite + Unpin>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        for (ticket, reply) in self.held.drain(..) {
             let reply = match ticket.wait().await {
                 Ok(()) => reply,
                 Err(_) => Reply::InternalError,
             };
-            reply.encode(&mut out);
-            if out.len() > 64 * 1024 {
-                break;
+            reply.encode(&mut self.out);
+        }
+        if !self.out.is_empty() {
+            writer.write_all(&self.out).await?;
+            self.out.clear();
+            if self.out.capacity() > 64 * 1024 {
+                self.out = BytesMut::with_capacity(256); // don't keep a big buffer per idle client
             }
         }
-        writer.write_all(&out).await?;
-        out.clear();
+        Ok(())
     }
-    writer.flush().await
 }
 
-async fn read_commands<R: AsyncRead + Unpin>(
+async fn read_commands<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     shared: &Arc<Shared>,
     client: ClientId,
     reader: &mut R,
-    replies: &mpsc::Sender<Pending>,
+    writer: &mut W,
+    replies: &mut Replies,
     max_job_size: usize,
     shutdown: &CancellationToken,
 ) -> std::io::Result<()> {
@@ -104,24 +114,31 @@ async fn read_commands<R: AsyncRead + Unpin>(
                     if error == ErrorReply::ExpectedCrlf {
                         shared.lock().count_failed_put(client);
                     }
-                    send(replies, Ticket::done(), Reply::Error(error)).await?;
+                    replies.push(Ticket::done(), Reply::Error(error));
                     continue;
                 }
             };
             if let Err(error) = prepare(shared, client, &command).await {
                 tracing::error!(%error, "cannot read jobs from the store");
-                send(replies, Ticket::done(), Reply::InternalError).await?;
+                replies.push(Ticket::done(), Reply::InternalError);
                 continue;
             }
             let (ticket, outcome) = execute(shared, client, command);
-            let reply = match outcome {
-                Outcome::Reply(reply) => reply,
+            match outcome {
+                Outcome::Reply(reply) => replies.push(ticket, reply),
                 Outcome::Wait(events) => {
-                    wait_for_job(shared, client, events, reader, &mut buf, shutdown).await?
+                    // Everything before the reserve is answered before the client blocks.
+                    replies.flush(writer).await?;
+                    let reply =
+                        wait_for_job(shared, client, events, reader, &mut buf, shutdown).await?;
+                    replies.push(ticket, reply);
                 }
-            };
-            send(replies, ticket, reply).await?;
+            }
+            if replies.held.len() >= MAX_HELD_REPLIES {
+                replies.flush(writer).await?;
+            }
         }
+        replies.flush(writer).await?;
         tokio::select! {
             read = reader.read_buf(&mut buf) => {
                 if read? == 0 {
@@ -131,17 +148,6 @@ async fn read_commands<R: AsyncRead + Unpin>(
             () = shutdown.cancelled() => return Ok(()),
         }
     }
-}
-
-async fn send(
-    replies: &mpsc::Sender<Pending>,
-    ticket: Ticket,
-    reply: Reply,
-) -> std::io::Result<()> {
-    replies
-        .send((ticket, reply))
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "writer gone"))
 }
 
 /// Brings into memory what a command needs that may be on disk only: a far job named by id,
