@@ -255,6 +255,9 @@ pub(crate) async fn drive_timers(
     shutdown: tokio_util::sync::CancellationToken,
 ) {
     loop {
+        // While the driver is awake every operation leaves a wake-up permit, so a deadline
+        // added between reading `next` and going to sleep is not slept through.
+        shared.driver_target.store(0, Ordering::Release);
         {
             let mut engine = shared.lock();
             engine.advance(shared.now());
@@ -263,9 +266,16 @@ pub(crate) async fn drive_timers(
         if let Err(error) = shared.load_window(false).await {
             tracing::error!(%error, "cannot load delayed jobs from the store");
         }
-        let next = shared.lock().next_deadline();
-        let target = next.unwrap_or(u64::MAX);
-        shared.driver_target.store(target, Ordering::Release);
+        let next = {
+            let engine = shared.lock();
+            let next = engine.next_deadline();
+            // Published under the engine lock: an operation that adds an earlier deadline
+            // after this sees the new target and wakes the driver.
+            shared
+                .driver_target
+                .store(next.unwrap_or(u64::MAX), Ordering::Release);
+            next
+        };
         let sleep = match next {
             Some(deadline) => {
                 let wait = deadline.saturating_sub(shared.now());
