@@ -7,6 +7,7 @@ mod util;
 mod corrupt;
 mod crash;
 mod faults;
+mod format;
 mod group;
 mod model;
 mod recovery;
