@@ -64,7 +64,13 @@ pub(crate) trait Job: Send + Sync + 'static {
     fn core(&self) -> &TaskCore;
     /// Called by the driver when the timer is due. Callbacks answer `Fired::Run` (the
     /// driver then has them run); async timers wake their task here.
-    fn fire(&self, inner: &Inner, deadline_tick: u64) -> Fired;
+    ///
+    /// The default (callbacks) does no state check: `run` decides with its CAS. A cancelled
+    /// timer has normally left the wheel already, and skipping the load spares the driver
+    /// (the serial part of a burst) a cache miss per timer.
+    fn fire(&self, _inner: &Inner, _deadline_tick: u64) -> Fired {
+        Fired::Run
+    }
     /// Runs the callback; only called after `fire` returned `true`.
     /// Counts into `tally` (settled once per batch, so workers do not contend on the
     /// shared counters per callback).
@@ -116,13 +122,6 @@ impl<F: FnOnce() + Send + 'static> OnceTask<F> {
 impl<F: FnOnce() + Send + 'static> Job for OnceTask<F> {
     fn core(&self) -> &TaskCore {
         &self.core
-    }
-
-    fn fire(&self, _inner: &Inner, _deadline_tick: u64) -> Fired {
-        // No state check here: `run` decides with its CAS. A cancelled timer has normally
-        // left the wheel already, and skipping the load spares the driver (the serial part
-        // of a burst) a cache miss per timer.
-        Fired::Run
     }
 
     fn run(self: Arc<Self>, inner: &Arc<Inner>, tally: &mut Tally) {
@@ -196,13 +195,6 @@ impl<F: FnMut() + Send + 'static> RepeatTask<F> {
 impl<F: FnMut() + Send + 'static> Job for RepeatTask<F> {
     fn core(&self) -> &TaskCore {
         &self.core
-    }
-
-    fn fire(&self, _inner: &Inner, _deadline_tick: u64) -> Fired {
-        // No state check here: `run` decides with its CAS. A cancelled timer has normally
-        // left the wheel already, and skipping the load spares the driver (the serial part
-        // of a burst) a cache miss per timer.
-        Fired::Run
     }
 
     fn run(self: Arc<Self>, inner: &Arc<Inner>, tally: &mut Tally) {

@@ -11,6 +11,10 @@
 //!
 //! See `crates/bench/SERVER_RESULTS.md`.
 
+#[path = "../bench_stats.rs"]
+mod bench_stats;
+use bench_stats::{median, percentile};
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -56,27 +60,6 @@ enum Part {
 
 const PRODUCER: ClientId = ClientId(1);
 const WORKER: ClientId = ClientId(2);
-
-fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
 
 fn rss_bytes() -> anyhow::Result<u64> {
     let s = std::fs::read_to_string("/proc/self/status")?;

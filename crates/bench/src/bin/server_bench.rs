@@ -9,6 +9,10 @@
 //!   each delivery against the put's ack time + delay, early deliveries against its send time;
 //! - `idle`: thousands of idle connections; the server's resident-set growth.
 
+#[path = "../bench_stats.rs"]
+mod bench_stats;
+use bench_stats::{median, percentile};
+
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::PathBuf;
@@ -344,27 +348,6 @@ impl Conn {
         self.w.write_all(cmd.as_bytes()).await?;
         Ok(self.read_line().await?.to_owned())
     }
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
 }
 
 fn fmt_all(v: &[f64], prec: usize) -> String {
