@@ -148,7 +148,16 @@ fn draw(frame: &mut Frame<'_>, view: &View) {
             ]));
         }
     }
-    let mut widths = vec![Constraint::Min(12)];
+    let name_width = view
+        .current
+        .iter()
+        .flat_map(|n| n.tubes.iter().map(|(t, _)| t.len()))
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let mut widths = vec![Constraint::Length(
+        u16::try_from(name_width).unwrap_or(u16::MAX),
+    )];
     widths.extend([Constraint::Length(9); 10]);
     let table = Table::new(rows, widths)
         .header(header)
