@@ -54,6 +54,8 @@ pub(crate) struct Connection {
     decoder: ReplyDecoder,
     /// Replies owed for commands sent.
     pending: usize,
+    /// Scratch space for socket reads.
+    chunk: Box<[u8]>,
 }
 
 impl Connection {
@@ -78,6 +80,7 @@ impl Connection {
                         write_buf: BytesMut::new(),
                         decoder: ReplyDecoder::new(MAX_REPLY_BODY),
                         pending: 0,
+                        chunk: vec![0; 64 * 1024].into_boxed_slice(),
                     });
                 }
                 Err(e) => last = Some(e),
@@ -118,7 +121,6 @@ impl Connection {
             bail!("internal error: reading a reply to no command");
         }
         self.flush()?;
-        let mut chunk = vec![0u8; 64 * 1024];
         loop {
             if let Some(reply) = self
                 .decoder
@@ -130,12 +132,12 @@ impl Connection {
             }
             let n = self
                 .stream
-                .read(&mut chunk)
+                .read(&mut self.chunk)
                 .with_context(|| format!("reading from {}", self.addr))?;
             if n == 0 {
                 bail!("{} closed the connection", self.addr);
             }
-            self.read_buf.extend_from_slice(&chunk[..n]);
+            self.read_buf.extend_from_slice(&self.chunk[..n]);
         }
     }
 

@@ -448,8 +448,8 @@ pub fn fuzz_check(data: &[u8]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::Bytes;
     use crate::reply::{yaml_list, yaml_map, Value};
+    use bytes::Bytes;
     use proptest::prelude::*;
 
     fn decode_all(max: usize, input: &[u8]) -> Result<Vec<Reply>, ReplyError> {
