@@ -80,12 +80,12 @@ def fresh(workdir):
     """A factory of new, empty servers: fresh("tickwheel") or fresh("beanstalkd")."""
     started = []
 
-    def make(kind):
+    def make(kind, extra=()):
         n = len(started)
         if kind == "tickwheel":
-            proc = tickwheel_process(os.path.join(workdir, f"data{n}"), workdir)
+            proc = tickwheel_process(os.path.join(workdir, f"data{n}"), workdir, extra)
         else:
-            proc = beanstalkd_process(workdir)
+            proc = beanstalkd_process(workdir, extra)
         proc.name = f"{kind}{n}"
         proc.start()
         started.append(proc)
@@ -428,6 +428,42 @@ def test_migrate_reserved_as_ready(fresh):
         holder.close()
     assert tw(None, "migrate", "--from", addr(source), "--to", addr(source),
               check=False).returncode == 1
+
+
+@pytest.mark.parametrize("kind", ["tickwheel", "beanstalkd"])
+def test_scan_walks_gaps_and_max_id(fresh, kind):
+    """Jobs far apart in id space (most ids deleted) are all found; --max-id limits the walk
+    and skips the probe (the source's next id is then not used up)."""
+    source = fresh(kind)
+    with client(source, "gaps") as c:
+        ids = [c.put(f"job {i}") for i in range(700)]
+        keep = {ids[0], ids[1], ids[350], ids[699]}
+        for jid in ids:
+            if jid not in keep:
+                c.delete(jid)
+        lines = tw(source, "export").stdout.decode().splitlines()
+        assert sorted(json.loads(l)["id"] for l in lines) == sorted(keep)
+        probe_id = c.put("after the probe")  # the export's probe used one id
+        assert probe_id == ids[-1] + 2
+        c.delete(probe_id)
+        lines = tw(source, "export", "--max-id", str(ids[350])).stdout.decode().splitlines()
+        assert sorted(json.loads(l)["id"] for l in lines) == sorted(keep - {ids[699]})
+        assert c.put("no probe") == probe_id + 1
+
+
+def test_migrate_reports_jobs_the_target_refuses(fresh):
+    source = fresh("tickwheel")
+    target = fresh("beanstalkd", ["-z", "10"])
+    with client(source, "sizes") as c:
+        c.put("small")
+        c.put("much too big for the target")
+    proc = tw(None, "--json", "migrate", "--from", addr(source), "--to", addr(target),
+              check=False)
+    assert proc.returncode == 1
+    result = json.loads(proc.stdout)
+    assert (result["ready"], result["failed"]) == (1, 1)
+    assert b"JOB_TOO_BIG" in proc.stderr
+    assert counts(target, ["sizes"]) == {"sizes": (1, 0, 0, 0)}
 
 
 # --- top under tmux -------------------------------------------------------------------------
