@@ -91,6 +91,17 @@ pub(crate) enum Encoding {
     Base64,
 }
 
+/// A body as JSON text: itself if it is UTF-8, else base64.
+pub(crate) fn encode_body(body: &[u8]) -> (String, Encoding) {
+    match std::str::from_utf8(body) {
+        Ok(text) => (text.to_owned(), Encoding::Utf8),
+        Err(_) => (
+            base64::engine::general_purpose::STANDARD.encode(body),
+            Encoding::Base64,
+        ),
+    }
+}
+
 /// One job of an export: one JSON object per line.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -119,13 +130,7 @@ impl JobRecord {
         state: State,
         body: &[u8],
     ) -> JobRecord {
-        let (body, encoding) = match std::str::from_utf8(body) {
-            Ok(text) => (text.to_owned(), Encoding::Utf8),
-            Err(_) => (
-                base64::engine::general_purpose::STANDARD.encode(body),
-                Encoding::Base64,
-            ),
-        };
+        let (body, encoding) = encode_body(body);
         JobRecord {
             id,
             tube,

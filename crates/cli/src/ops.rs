@@ -12,7 +12,7 @@ use tickwheel_proto::{Command, Reply};
 
 use crate::args::{ExportArgs, ImportArgs, KickArgs, MigrateArgs, PeekArgs, PutArgs, StatsArgs};
 use crate::conn::{describe, tube_name, unexpected, Connection, Yaml};
-use crate::jobs::{self, JobRecord, Writer};
+use crate::jobs::{self, Writer};
 use crate::time::{delay_until, parse_duration, parse_instant, seconds_up};
 
 /// Global options every subcommand gets.
@@ -138,9 +138,9 @@ pub(crate) fn peek(ctx: &Ctx, args: PeekArgs) -> Result<()> {
     }
     // The job's stats, if it still exists a moment later.
     let stats = conn.stats_of(&Command::StatsJob(id))?.unwrap_or_default();
-    let job = JobRecord::new(id, String::new(), 0, 0, 0, jobs::State::Ready, &body);
+    let (text, encoding) = jobs::encode_body(&body);
     if ctx.json {
-        let mut value = json!({"id": id, "body": job.body, "encoding": job.encoding});
+        let mut value = json!({"id": id, "body": text, "encoding": encoding});
         if let Value::Object(map) = &mut value {
             map.insert("stats".into(), yaml_to_json(&stats));
         }
@@ -149,7 +149,7 @@ pub(crate) fn peek(ctx: &Ctx, args: PeekArgs) -> Result<()> {
         print_yaml(&stats);
         match std::str::from_utf8(&body) {
             Ok(text) => println!("body ({} bytes):\n{text}", body.len()),
-            Err(_) => println!("body ({} bytes, base64):\n{}", body.len(), job.body),
+            Err(_) => println!("body ({} bytes, base64):\n{text}", body.len()),
         }
     }
     Ok(())

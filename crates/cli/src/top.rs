@@ -47,7 +47,6 @@ fn per_second(old: Option<&Yaml>, new: &Yaml, keys: &[&str], seconds: f64) -> St
     };
     let sum = |m: &Yaml| keys.iter().map(|k| number(m, k).unwrap_or(0)).sum::<u64>();
     let delta = sum(new).saturating_sub(sum(old));
-    #[allow(clippy::cast_precision_loss, reason = "a rate for display")]
     let r = delta as f64 / seconds;
     format!("{r:.1}")
 }
