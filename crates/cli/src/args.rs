@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// Talks the beanstalkd protocol, so every subcommand also works against beanstalkd itself.
 #[derive(Debug, Parser)]
 #[command(name = "tickwheel", version, propagate_version = true)]
-pub(crate) struct Cli {
+pub struct Cli {
     /// Server address.
     #[arg(
         long,
