@@ -3,6 +3,7 @@
 #   test_differential.py  the same sessions against the real beanstalkd, replies compared
 #   test_clients.py       greenstalk and pystalk driving tickwheel-server, with a restart
 #   test_crash.py         SIGKILL under load, restart on the same data dir, check every ack
+#   test_cli.py           the `tickwheel` command-line client against both servers (top under tmux)
 # Works on a fresh Debian machine with Rust, Python 3 and apt: installs beanstalkd (as root)
 # if it is missing, makes a virtualenv under the cargo target dir (ignored by git), builds
 # the server in release mode and runs pytest. Extra arguments go to pytest (e.g. -k crash).
@@ -22,6 +23,17 @@ if ! command -v beanstalkd >/dev/null; then
 fi
 command -v beanstalkd
 
+step "tmux (drives tickwheel top in test_cli.py)"
+if ! command -v tmux >/dev/null; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "tmux is missing and we are not root: apt-get install tmux" >&2
+        exit 1
+    fi
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y tmux
+fi
+command -v tmux
+
 TARGET="${CARGO_TARGET_DIR:-$PWD/target}"
 VENV="${E2E_VENV:-$TARGET/e2e-venv}"
 PYTHON="${PYTHON:-python3}"
@@ -36,6 +48,11 @@ step "build tickwheel-server (release)"
 cargo build --release -p tickwheel-server
 export TICKWHEEL_BIN="${TICKWHEEL_BIN:-$TARGET/release/tickwheel-server}"
 "$TICKWHEEL_BIN" -v
+
+step "build tickwheel (the command-line client, release)"
+cargo build --release -p tickwheel-cli
+export TICKWHEEL_CLI_BIN="${TICKWHEEL_CLI_BIN:-$TARGET/release/tickwheel}"
+"$TICKWHEEL_CLI_BIN" --version
 
 step "pytest tests/e2e"
 # No caches or bytecode in the source tree.

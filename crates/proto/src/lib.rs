@@ -32,10 +32,12 @@
 
 #![forbid(unsafe_code)]
 
+pub mod client;
 mod command;
 mod decoder;
 mod reply;
 
+pub use client::{parse_yaml_list, parse_yaml_map, ReplyDecoder, ReplyError, YamlError};
 pub use command::Command;
 pub use decoder::{Decoder, ErrorReply, Frame, MAX_LINE};
 pub use reply::{yaml_list, yaml_map, Reply, Value};
