@@ -78,6 +78,8 @@ fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
         )
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: not in log files, journald or docker logs.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let durability = match (args.no_fsync, args.fsync_every) {
         (true, _) => Durability::None,
