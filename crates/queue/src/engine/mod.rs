@@ -242,6 +242,7 @@ impl Engine {
             }
         }
         engine.to_serve.clear(); // nobody is waiting yet
+
         // `total-jobs` counts the puts of this process, as in beanstalkd: not recovered jobs.
         engine.total_jobs = 0;
         for tube in engine.tubes.iter_mut().flatten() {
