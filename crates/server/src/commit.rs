@@ -104,8 +104,8 @@ fn run(store: &dyn Store, rx: &mpsc::Receiver<Batch>) {
             if failed.is_none() {
                 tracing::error!(
                     %error,
-                    "store commit failed: every later write answers INTERNAL_ERROR until the \
-                     server is restarted (reads still work; nothing acknowledged is lost)"
+                    "store commit failed: from now on every command answers INTERNAL_ERROR \
+                     (the store refuses further writes); restart the server to recover"
                 );
             }
             failed = Some(error.clone());
