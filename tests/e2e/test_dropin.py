@@ -220,7 +220,7 @@ def test_unix_socket_with_data_dir_and_greenstalk(workdir):
 
 # --- -f MS and -F ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("flags", [["-f", "50"], ["-f", "0"], ["-F"]], ids=" ".join)
+@pytest.mark.parametrize("flags", [["-f", "50"], ["-f0"], ["-F"]], ids=" ".join)
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
 def test_fsync_modes_keep_what_they_acknowledged_across_a_restart(workdir, flags, how):
     server = tickwheel_process(os.path.join(workdir, "data"), workdir, flags)

@@ -6,6 +6,7 @@ use anyhow::Context as _;
 use clap::Parser;
 use tickwheel_server::{Config, Listener, Server};
 use tickwheel_store::Durability;
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
 /// A durable delayed-job server that speaks the beanstalkd protocol.
@@ -109,6 +110,10 @@ async fn serve(listen: String, port: u16, config: Config) -> anyhow::Result<()> 
     } else {
         format!("{listen}:{port}")
     };
+    // Signal handlers first: a SIGTERM that arrives once we listen must stop us gracefully,
+    // not kill us with the default action.
+    let stop_signals = StopSignals::register()?;
+    let drain_signal = signal(SignalKind::user_defined1()).ok();
     if config.data_dir.is_none() {
         tracing::info!("jobs are kept in memory only and a restart loses them; to keep them, start with -b DIR");
     }
@@ -124,11 +129,11 @@ async fn serve(listen: String, port: u16, config: Config) -> anyhow::Result<()> 
     let shutdown = CancellationToken::new();
     let signals = shutdown.clone();
     tokio::spawn(async move {
-        wait_for_stop_signal().await;
+        stop_signals.wait().await;
         tracing::info!("shutting down: no new connections, finishing in-flight writes");
         signals.cancel();
     });
-    if let Some(mut usr1) = server_drain_signal() {
+    if let Some(mut usr1) = drain_signal {
         let handle = server.handle();
         tokio::spawn(async move {
             while usr1.recv().await.is_some() {
@@ -142,21 +147,24 @@ async fn serve(listen: String, port: u16, config: Config) -> anyhow::Result<()> 
     Ok(())
 }
 
-fn server_drain_signal() -> Option<tokio::signal::unix::Signal> {
-    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).ok()
+/// SIGTERM and SIGINT, registered up front.
+struct StopSignals {
+    terminate: Signal,
+    interrupt: Signal,
 }
 
-async fn wait_for_stop_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
+impl StopSignals {
+    fn register() -> anyhow::Result<StopSignals> {
+        Ok(StopSignals {
+            terminate: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
+            interrupt: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
+        })
+    }
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
     }
 }
