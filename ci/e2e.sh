@@ -4,6 +4,9 @@
 #   test_clients.py       greenstalk and pystalk driving tickwheel-server, with a restart
 #   test_crash.py         SIGKILL under load, restart on the same data dir, check every ack
 #   test_cli.py           the `tickwheel` command-line client against both servers (top under tmux)
+#   test_dropin.py        beanstalkd's command lines: no -b is in memory, one server per -b DIR,
+#                         unix sockets, -f/-F across restarts, --version's commit
+#   test_faults.py        the data directory's disk fills up (a tmpfs; needs root and mount)
 # Works on a fresh Debian machine with Rust, Python 3 and apt: installs beanstalkd (as root)
 # if it is missing, makes a virtualenv under the cargo target dir (ignored by git), builds
 # the server in release mode and runs pytest. Extra arguments go to pytest (e.g. -k crash).

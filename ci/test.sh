@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README "Run the tests"). Every check CI runs, in order:
 # formatting, lints, unit/integration/property tests, doctests, docs, benchmark compilation,
-# loom (bounded), fuzz targets (build + a short run each), and the end-to-end suites against
+# packaging (ci/package.sh), loom (bounded), fuzz targets (build + a short run each), and the end-to-end suites against
 # the real beanstalkd and real Python clients (ci/e2e.sh).
 # Installs what it needs when missing (cargo-nextest, cargo-fuzz, beanstalkd, a Python
 # virtualenv), so a fresh machine works.
@@ -33,6 +33,7 @@ RUSTDOCFLAGS=-Dwarnings cargo doc --workspace --no-deps --locked
 step "benches compile"
 cargo bench --workspace --no-run --locked
 
+bash ci/package.sh
 bash ci/loom.sh
 bash ci/fuzz.sh
 bash ci/e2e.sh

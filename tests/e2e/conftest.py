@@ -49,12 +49,14 @@ class ServerProcess:
         self.name = name
         self.port = None
         self.proc = None
+        self.started_at = None
         self.log_path = os.path.join(log_dir, f"{name}.log")
         self.log = open(self.log_path, "ab")
 
     def start(self, port=None, timeout=10.0):
         assert self.proc is None, "already running"
         self.port = port or self.port or free_port()
+        self.started_at = time.monotonic()  # just before the process starts (for `uptime`)
         self.proc = subprocess.Popen(
             self.argv_for_port(self.port),
             stdin=subprocess.DEVNULL,

@@ -47,19 +47,34 @@ struct Batch {
 }
 
 /// The handle to the committer thread. The thread ends once this handle is dropped and the
-/// queue is empty; shutdown waits for the last ticket instead of joining it.
+/// queue is empty; shutdown waits for the last ticket, and dropping the handle joins the
+/// thread, so the store (and its data directory's lock) is released when the server is.
 pub(crate) struct Committer {
     tx: mpsc::Sender<Batch>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Drop for Committer {
+    fn drop(&mut self) {
+        // Close the queue, so that the thread ends once it has committed what is queued.
+        drop(std::mem::replace(&mut self.tx, mpsc::channel().0));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl Committer {
     /// Starts the committer thread over `store`.
     pub(crate) fn start(store: Arc<dyn Store>) -> std::io::Result<Committer> {
         let (tx, rx) = mpsc::channel::<Batch>();
-        thread::Builder::new()
+        let thread = thread::Builder::new()
             .name("tickwheel-commit".into())
             .spawn(move || run(&*store, &rx))?;
-        Ok(Committer { tx })
+        Ok(Committer {
+            tx,
+            thread: Some(thread),
+        })
     }
 
     /// Queues `changes` (call with the engine lock held) and returns its ticket.
@@ -87,7 +102,11 @@ fn run(store: &dyn Store, rx: &mpsc::Receiver<Batch>) {
         };
         if let Err(error) = &outcome {
             if failed.is_none() {
-                tracing::error!(%error, "store commit failed; refusing all further writes");
+                tracing::error!(
+                    %error,
+                    "store commit failed: from now on every command answers INTERNAL_ERROR \
+                     (the store refuses further writes); restart the server to recover"
+                );
             }
             failed = Some(error.clone());
         }

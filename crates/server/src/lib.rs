@@ -1,9 +1,10 @@
 //! `tickwheel-server`: a durable delayed-job server speaking the beanstalkd protocol.
 //!
-//! Any beanstalkd client works unchanged. Unlike beanstalkd's defaults, every reply that
-//! reports a change (`INSERTED`, `DELETED`, `RELEASED`, …) is sent only once the change is
-//! on disk (fsynced, shared by concurrent clients: group commit); `--fsync-every MS` (`-f`)
-//! and `-F` trade that for speed as beanstalkd does, and `--in-memory` keeps nothing.
+//! Any beanstalkd client works unchanged, and the same command line means the same thing:
+//! without a data directory (`-b`) jobs live in memory only. With one, unlike beanstalkd, every
+//! reply that reports a change (`INSERTED`, `DELETED`, `RELEASED`, …) is sent only once the
+//! change is on disk (fsynced, shared by concurrent clients: group commit); `-f MS` and `-F`
+//! trade that for speed as beanstalkd does. One process at a time may use a data directory.
 //!
 //! The layers: [`tickwheel_proto`] decodes commands, [`tickwheel_queue::Engine`] runs them
 //! (a deterministic state machine on a timing wheel), [`tickwheel_store`] makes them durable.
@@ -47,7 +48,9 @@ pub const DEFAULT_WINDOW_MS: u64 = 10 * 60 * 1000;
 /// Server settings.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// Where jobs are stored; `None` keeps them in memory only.
+    /// Where jobs are stored; `None` (the default, as beanstalkd without `-b`) keeps them in
+    /// memory only. A directory is locked while the server runs: opening one that another
+    /// server holds fails, naming its pid.
     pub data_dir: Option<PathBuf>,
     /// When a write is acknowledged.
     pub durability: Durability,
@@ -61,7 +64,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            data_dir: Some(PathBuf::from("tickwheel-data")),
+            data_dir: None,
             durability: Durability::Sync,
             max_job_size: 65_535,
             window: Some(DEFAULT_WINDOW_MS),
@@ -120,8 +123,9 @@ impl Server {
     ///
     /// # Errors
     ///
-    /// The data directory cannot be created or opened, or its contents are corrupt (the error
-    /// names the file and offset where the store can tell).
+    /// The data directory cannot be created or opened, another process uses it ("DIR is in
+    /// use by pid N"), or its contents are corrupt (the error names the file and offset where
+    /// the store can tell).
     pub fn open(config: &Config) -> anyhow::Result<Server> {
         let store: Arc<dyn Store> = match &config.data_dir {
             Some(dir) => {

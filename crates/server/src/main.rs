@@ -6,15 +6,15 @@ use anyhow::Context as _;
 use clap::Parser;
 use tickwheel_server::{Config, Listener, Server};
 use tickwheel_store::Durability;
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
 /// A durable delayed-job server that speaks the beanstalkd protocol.
 ///
-/// Flags mean what they mean to beanstalkd, with safer defaults: jobs are stored in a data
-/// directory (`-b`, default ./tickwheel-data) and every change is fsynced before it is
-/// acknowledged. `-f MS` acknowledges before the fsync (fsync at most every MS ms, as
-/// beanstalkd's default -f 50), `-F` never fsyncs, `--in-memory` stores nothing (beanstalkd
-/// without -b).
+/// Flags mean what they mean to beanstalkd: without `-b` jobs live in memory only, as in
+/// beanstalkd. With `-b DIR` jobs are stored in DIR and, unlike beanstalkd, every change is
+/// fsynced before it is acknowledged; `-f MS` acknowledges before the fsync (fsync at most every
+/// MS ms, as beanstalkd's default -f 50) and `-F` never fsyncs.
 #[derive(Parser, Debug)]
 #[command(name = "tickwheel-server", disable_version_flag = true)]
 struct Args {
@@ -24,9 +24,10 @@ struct Args {
     /// Listen on PORT.
     #[arg(short = 'p', value_name = "PORT", default_value_t = 11300)]
     port: u16,
-    /// Store jobs in DIR (created if missing).
-    #[arg(short = 'b', value_name = "DIR", default_value = "tickwheel-data")]
-    data_dir: PathBuf,
+    /// Store jobs in DIR (created if missing; one server per directory). Without -b, jobs
+    /// live in memory only and a restart loses them, as in beanstalkd.
+    #[arg(short = 'b', value_name = "DIR")]
+    data_dir: Option<PathBuf>,
     /// Acknowledge writes before they are fsynced, fsyncing at most every MS milliseconds
     /// (a power cut may lose up to MS ms of acknowledged writes; a crash of the process loses
     /// nothing).
@@ -35,8 +36,8 @@ struct Args {
     /// Never fsync (survives a crash of the process, not of the machine).
     #[arg(short = 'F')]
     no_fsync: bool,
-    /// Keep jobs in memory only: a restart loses them all.
-    #[arg(long)]
+    /// Keep jobs in memory only: a restart loses them all (the default without -b).
+    #[arg(long, conflicts_with = "data_dir")]
     in_memory: bool,
     /// Keep delayed jobs due within this many seconds in memory; later ones stay on disk until
     /// their time nears (0: keep every job in memory).
@@ -60,7 +61,11 @@ struct Args {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if args.version {
-        println!("tickwheel-server {}", env!("CARGO_PKG_VERSION"));
+        println!(
+            "tickwheel-server {} (commit {})",
+            env!("CARGO_PKG_VERSION"),
+            env!("TICKWHEEL_GIT_COMMIT")
+        );
         return Ok(());
     }
     let level = match args.verbose {
@@ -74,6 +79,8 @@ fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
         )
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: not in log files, journald or docker logs.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let durability = match (args.no_fsync, args.fsync_every) {
         (true, _) => Durability::None,
@@ -81,7 +88,7 @@ fn main() -> anyhow::Result<()> {
         _ => Durability::Sync,
     };
     let config = Config {
-        data_dir: (!args.in_memory).then_some(args.data_dir),
+        data_dir: if args.in_memory { None } else { args.data_dir },
         durability,
         max_job_size: args.max_job_size,
         window: (args.window_secs > 0).then(|| args.window_secs.saturating_mul(1000)),
@@ -103,6 +110,13 @@ async fn serve(listen: String, port: u16, config: Config) -> anyhow::Result<()> 
     } else {
         format!("{listen}:{port}")
     };
+    // Signal handlers first: a SIGTERM that arrives once we listen must stop us gracefully,
+    // not kill us with the default action.
+    let stop_signals = StopSignals::register()?;
+    let drain_signal = signal(SignalKind::user_defined1()).ok();
+    if config.data_dir.is_none() {
+        tracing::info!("jobs are kept in memory only and a restart loses them; to keep them, start with -b DIR");
+    }
     let server = Server::open(&config)?;
     let listener = Listener::bind(&addr).await?;
     tracing::info!(
@@ -115,11 +129,11 @@ async fn serve(listen: String, port: u16, config: Config) -> anyhow::Result<()> 
     let shutdown = CancellationToken::new();
     let signals = shutdown.clone();
     tokio::spawn(async move {
-        wait_for_stop_signal().await;
+        stop_signals.wait().await;
         tracing::info!("shutting down: no new connections, finishing in-flight writes");
         signals.cancel();
     });
-    if let Some(mut usr1) = server_drain_signal() {
+    if let Some(mut usr1) = drain_signal {
         let handle = server.handle();
         tokio::spawn(async move {
             while usr1.recv().await.is_some() {
@@ -133,21 +147,24 @@ async fn serve(listen: String, port: u16, config: Config) -> anyhow::Result<()> 
     Ok(())
 }
 
-fn server_drain_signal() -> Option<tokio::signal::unix::Signal> {
-    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).ok()
+/// SIGTERM and SIGINT, registered up front.
+struct StopSignals {
+    terminate: Signal,
+    interrupt: Signal,
 }
 
-async fn wait_for_stop_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
+impl StopSignals {
+    fn register() -> anyhow::Result<StopSignals> {
+        Ok(StopSignals {
+            terminate: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
+            interrupt: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
+        })
+    }
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
     }
 }

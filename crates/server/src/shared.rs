@@ -99,7 +99,7 @@ impl Shared {
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
         let wall = since_epoch.as_millis() as u64;
-        let fraction = since_epoch.subsec_nanos() % 1_000_000 != 0;
+        let fraction = !since_epoch.subsec_nanos().is_multiple_of(1_000_000);
         let previous = self.clock.fetch_max(wall, Ordering::Relaxed);
         if previous > wall {
             // The wall clock stepped back: the engine keeps its later reading.

@@ -4,13 +4,42 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use tickwheel_proto::{yaml_map, Value};
-use tickwheel_queue::{JobStats, Stats, TubeStats};
+use tickwheel_queue::{JobState, JobStats, Stats, TubeStats};
 
 use crate::shared::Shared;
 
 /// Whole seconds, as beanstalkd prints durations.
 fn secs(ms: u64) -> Value {
     Value::Int(ms / 1000)
+}
+
+/// How the deadline behind a remaining time was rounded to the engine's milliseconds.
+#[derive(Clone, Copy, Debug)]
+enum Deadline {
+    /// Clock reading (rounded down) plus whole seconds: a TTR lease (`reserve`, `touch`).
+    RoundedDown,
+    /// Rounded up to the next millisecond when the clock was past one, so that nothing is due
+    /// early: a delay (`put`, `release`) or a tube pause.
+    RoundedUp,
+}
+
+/// A remaining time in whole seconds, as beanstalkd computes it: the exact time left,
+/// truncated (`(deadline_ns - now_ns) / 1e9`). So right after `reserve` with TTR 10 it says 9,
+/// not 10: some time has passed.
+///
+/// We know the time left only to the millisecond. `ms` is the deadline minus the engine's
+/// clock, the current millisecond rounded down; so the exact time left lies in `(ms - 1,
+/// ms + 1)` for a deadline rounded down, in `(ms - 2, ms]` for one rounded up. We truncate the
+/// bottom of that range. Right after a state change the exact time is a whole number of
+/// seconds minus a little, so is its bottom: both truncate to beanstalkd's figure. Mid-second
+/// every value in the range truncates the same. Only when the exact time is within two
+/// milliseconds above a whole second can we say one less than beanstalkd.
+fn secs_left(ms: u64, deadline: Deadline) -> Value {
+    let below = match deadline {
+        Deadline::RoundedDown => 1,
+        Deadline::RoundedUp => 2,
+    };
+    Value::Int(ms.saturating_sub(below) / 1000)
 }
 
 pub(crate) fn job(s: &JobStats) -> Bytes {
@@ -22,7 +51,7 @@ pub(crate) fn job(s: &JobStats) -> Bytes {
         ("age", secs(s.age)),
         ("delay", secs(s.delay)),
         ("ttr", secs(s.ttr)),
-        ("time-left", secs(s.time_left)),
+        ("time-left", job_time_left(s)),
         ("file", Value::Int(0)),
         ("reserves", Value::Int(s.reserves.into())),
         ("timeouts", Value::Int(s.timeouts.into())),
@@ -30,6 +59,14 @@ pub(crate) fn job(s: &JobStats) -> Bytes {
         ("buries", Value::Int(s.buries.into())),
         ("kicks", Value::Int(s.kicks.into())),
     ])
+}
+
+fn job_time_left(s: &JobStats) -> Value {
+    match s.state {
+        JobState::Reserved => secs_left(s.time_left, Deadline::RoundedDown),
+        JobState::Delayed => secs_left(s.time_left, Deadline::RoundedUp),
+        JobState::Ready | JobState::Buried => Value::Int(0),
+    }
 }
 
 pub(crate) fn tube(s: &TubeStats) -> Bytes {
@@ -47,7 +84,10 @@ pub(crate) fn tube(s: &TubeStats) -> Bytes {
         ("cmd-delete", Value::Int(s.cmd_delete)),
         ("cmd-pause-tube", Value::Int(s.cmd_pause_tube)),
         ("pause", secs(s.pause)),
-        ("pause-time-left", secs(s.pause_time_left)),
+        (
+            "pause-time-left",
+            secs_left(s.pause_time_left, Deadline::RoundedUp),
+        ),
     ])
 }
 
@@ -142,5 +182,39 @@ fn read_trimmed(path: &str) -> String {
         "unknown".into()
     } else {
         word
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn int(v: Value) -> u64 {
+        match v {
+            Value::Int(n) => n,
+            other => panic!("not an integer: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_lease_just_started_has_one_second_less_than_its_ttr() {
+        // reserve with TTR 10, stats-job in the same millisecond or a few ms later.
+        assert_eq!(int(secs_left(10_000, Deadline::RoundedDown)), 9);
+        assert_eq!(int(secs_left(9_997, Deadline::RoundedDown)), 9);
+        // Mid-second and near the end.
+        assert_eq!(int(secs_left(9_500, Deadline::RoundedDown)), 9);
+        assert_eq!(int(secs_left(8_999, Deadline::RoundedDown)), 8);
+        assert_eq!(int(secs_left(1, Deadline::RoundedDown)), 0);
+        assert_eq!(int(secs_left(0, Deadline::RoundedDown)), 0);
+    }
+
+    #[test]
+    fn a_delay_just_started_has_one_second_less_than_the_delay() {
+        // put with delay 10 at a clock past its millisecond: the deadline is 10_001 ms away.
+        assert_eq!(int(secs_left(10_001, Deadline::RoundedUp)), 9);
+        assert_eq!(int(secs_left(10_000, Deadline::RoundedUp)), 9);
+        assert_eq!(int(secs_left(9_500, Deadline::RoundedUp)), 9);
+        assert_eq!(int(secs_left(2, Deadline::RoundedUp)), 0);
+        assert_eq!(int(secs_left(0, Deadline::RoundedUp)), 0);
     }
 }

@@ -508,3 +508,82 @@ async fn jobs_survive_a_restart_in_their_states() {
     assert!(after > fresh);
     server.shutdown().await;
 }
+
+/// One server per data directory: a second one is refused at once, naming the holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_server_on_the_same_directory_is_refused() {
+    let (_tmp, dir) = temp_dir();
+    let server = Running::start(&dir).await;
+    let config = Config {
+        data_dir: Some(dir.clone()),
+        ..Config::default()
+    };
+    let err = match Server::open(&config) {
+        Ok(_) => panic!("a second server opened {}", dir.display()),
+        Err(err) => format!("{err:#}"),
+    };
+    let expect = format!("{} is in use by pid {}", dir.display(), std::process::id());
+    assert!(err.contains(&expect), "{err}");
+    // The first one is unaffected, and once it stops the directory is free again.
+    let mut c = server.client().await;
+    let id = c.put(0, 0, 60, "still here").await;
+    server.shutdown().await;
+    drop(c);
+    let server = Running::start(&dir).await;
+    let mut c = server.client().await;
+    assert_eq!(c.job_field(id, "state").await, "ready");
+    server.shutdown().await;
+}
+
+/// Without a data directory nothing is kept: beanstalkd without `-b`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_config_keeps_jobs_in_memory_only() {
+    assert!(Config::default().data_dir.is_none());
+    for _ in 0..2 {
+        let server = Server::open(&Config::default()).unwrap();
+        let listener = Listener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(server.run(listener, stop.clone()));
+        let mut c = Client::connect(addr).await;
+        // Fresh every time: the first id is 1 and nothing is ready.
+        assert_eq!(c.cmd("reserve-with-timeout 0").await, "TIMED_OUT");
+        assert_eq!(c.put(0, 0, 60, "lost on restart").await, 1);
+        stop.cancel();
+        task.await.unwrap();
+    }
+}
+
+/// beanstalkd truncates the exact time left: right after `reserve` with TTR 10 (or a `put`
+/// with delay 10, or `pause-tube` for 10 s) it says 9, since some time has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_left_right_after_a_state_change_is_truncated_like_beanstalkd() {
+    let (_tmp, dir) = temp_dir();
+    let server = Running::start(&dir).await;
+    let mut c = server.client().await;
+    let started = Instant::now();
+    let reserved = c.put(0, 0, 10, "lease").await;
+    assert_eq!(c.reserve(0).await.0, reserved);
+    let lease: u64 = c.job_field(reserved, "time-left").await.parse().unwrap();
+    let delayed = c.put(0, 10, 60, "delayed").await;
+    let delay: u64 = c.job_field(delayed, "time-left").await.parse().unwrap();
+    assert_eq!(c.cmd("pause-tube default 10").await, "PAUSED");
+    let pause = c
+        .yaml("stats-tube default")
+        .await
+        .into_iter()
+        .find(|(k, _)| k == "pause-time-left")
+        .unwrap()
+        .1;
+    let pause: u64 = pause.parse().unwrap();
+    // Each was read less than a second after its start (unless this machine stalled for one:
+    // then one less is right too).
+    let slack = started.elapsed().as_secs();
+    for (what, left) in [("lease", lease), ("delay", delay), ("pause", pause)] {
+        assert!(
+            left <= 9 && left + slack >= 9,
+            "{what}: time-left {left} after {slack} s"
+        );
+    }
+    server.shutdown().await;
+}

@@ -80,9 +80,25 @@ pub enum StoreError {
         #[source]
         source: Arc<dyn std::error::Error + Send + Sync>,
     },
+    /// Another open store holds the directory's lock ([`LOCK_FILE`](crate::LOCK_FILE)): one
+    /// process, and one store, per data directory.
+    #[error("{} is in use by {}", path.display(), holder(*pid))]
+    InUse {
+        /// The store directory.
+        path: PathBuf,
+        /// The holder's pid, as it wrote it in the lock file (`None` if not written yet).
+        pid: Option<u32>,
+    },
     /// The [`GroupCommit`](crate::GroupCommit) committer thread is gone (it was shut down or panicked).
     #[error("the group committer has stopped; the commit was not applied")]
     Closed,
+}
+
+fn holder(pid: Option<u32>) -> String {
+    match pid {
+        Some(pid) => format!("pid {pid}"),
+        None => "another process (its pid is not written yet)".to_owned(),
+    }
 }
 
 impl StoreError {

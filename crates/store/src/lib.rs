@@ -53,6 +53,7 @@ mod disk;
 mod error;
 mod fault;
 mod group;
+mod lock;
 mod mem;
 mod plan;
 mod record;
@@ -61,6 +62,7 @@ pub use disk::{DiskOptions, DiskStore, FORMAT_VERSION};
 pub use error::StoreError;
 pub use fault::{Fault, FaultyStore};
 pub use group::{GroupCommit, GroupStats};
+pub use lock::LOCK_FILE;
 pub use mem::MemStore;
 pub use record::{
     validate, JobId, JobRecord, Mutation, Recovered, StoredState, MAX_BODY_LEN, MAX_TUBE_LEN,

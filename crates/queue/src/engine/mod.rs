@@ -219,8 +219,6 @@ impl Engine {
             let tube =
                 engine.tube_ref(&TubeName::new(&name).unwrap_or_else(|_| TubeName::default_tube()));
             engine.add_far_many(tube, count);
-            engine.tube_mut(tube).total_jobs += count;
-            engine.total_jobs += count;
         }
         let mut records: Vec<JobRecord> = records.into_iter().collect();
         records.sort_by_key(|r| r.id); // buried jobs keep their id order
@@ -244,6 +242,12 @@ impl Engine {
             }
         }
         engine.to_serve.clear(); // nobody is waiting yet
+
+        // `total-jobs` counts the puts of this process, as in beanstalkd: not recovered jobs.
+        engine.total_jobs = 0;
+        for tube in engine.tubes.iter_mut().flatten() {
+            tube.total_jobs = 0;
+        }
         engine.next_id = next_id.max(max_id + 1);
         engine.ids_end = engine.next_id;
         engine

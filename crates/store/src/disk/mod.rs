@@ -145,6 +145,8 @@ struct Inner {
     poison: Mutex<Option<StoreError>>,
     /// Written since the last periodic fsync.
     dirty: AtomicBool,
+    /// One store per directory; last, so it is released after the engine is dropped.
+    _lock: crate::lock::DirLock,
 }
 
 impl std::fmt::Debug for DiskStore {
@@ -172,6 +174,7 @@ impl DiskStore {
     fn open_unguarded(dir: &Path, options: DiskOptions) -> Result<DiskStore, StoreError> {
         let dir = dir.to_path_buf();
         std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
+        let lock = crate::lock::DirLock::acquire(&dir)?;
         let keyspace = Config::new(&dir)
             .manual_journal_persist(true)
             .max_journaling_size(options.max_journal_bytes.max(MIN_JOURNAL_BYTES))
@@ -197,6 +200,7 @@ impl DiskStore {
             poison: Mutex::new(None),
             dirty: AtomicBool::new(false),
             dir,
+            _lock: lock,
         };
         inner.check_version()?;
         let inner = Arc::new(inner);

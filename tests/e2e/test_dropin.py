@@ -1,0 +1,282 @@
+"""tickwheel-server as a drop-in beanstalkd: the same command line means the same thing.
+
+* Without -b, jobs live in memory: a client library's CI that starts a server per test with
+  beanstalkd's flags (`-l 127.0.0.1 -p PORT`, or `-l unix:PATH`) sees a fresh, empty server
+  every time, even started twice in a row in one working directory; the log says so.
+* One process per data directory: a second server on the same -b DIR exits at once, non-zero,
+  with "DIR is in use by pid N"; the first keeps serving.
+* Unix sockets, with and without -b, through a raw connection and through greenstalk.
+* -f MS and -F: accepted, and what was acknowledged survives a graceful restart and a SIGKILL
+  (both modes promise to survive a crash of the process, not a power cut).
+* --version names the commit the binary was built from.
+"""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import greenstalk
+import pytest
+
+from conftest import REPO, ServerProcess, free_port, tickwheel_bin, tickwheel_process
+from rawproto import Conn
+
+
+def beanstalkd_flags(port):
+    return [tickwheel_bin(), "-l", "127.0.0.1", "-p", str(port)]
+
+
+def log_text(server):
+    server.log.flush()
+    with open(server.log_path, "rb") as f:
+        return f.read().decode("utf-8", "replace")
+
+
+@pytest.fixture
+def cwd(workdir):
+    """Runs the test in an empty working directory (where a default data dir would appear)."""
+    here = os.getcwd()
+    os.chdir(workdir)
+    try:
+        yield workdir
+    finally:
+        os.chdir(here)
+
+
+class UnixConn(Conn):
+    """rawproto.Conn over a unix socket."""
+
+    def __init__(self, path, timeout=5.0):  # pylint: disable=super-init-not-called
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.connect(path)
+        self.buf = b""
+
+
+class UnixServer:
+    """A tickwheel-server on `-l unix:PATH`."""
+
+    def __init__(self, path, log_dir, extra=()):
+        self.path = path
+        self.argv = [tickwheel_bin(), "-l", "unix:" + path, *extra]
+        self.log_path = os.path.join(log_dir, "tickwheel-unix.log")
+        self.log = open(self.log_path, "ab")
+        self.proc = None
+
+    def start(self, timeout=10.0):
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=self.log)
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"exited with {self.proc.returncode}; see {self.log_path}")
+            try:
+                UnixConn(self.path).close()
+                return self
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"did not listen on {self.path}")
+                time.sleep(0.02)
+
+    def stop(self, sig=signal.SIGTERM):
+        self.proc.send_signal(sig)
+        code = self.proc.wait(10)
+        self.proc = None
+        return code
+
+    def close(self):
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+# --- no -b: in memory, fresh every time -----------------------------------------------------
+
+def test_beanstalkd_flags_twice_in_a_row_give_an_empty_server(cwd):
+    for run in range(2):
+        server = ServerProcess(beanstalkd_flags, f"plain-{run}", cwd)
+        try:
+            server.start()
+            c = Conn(server.port)
+            # Empty: nothing to reserve or peek, no tube but default, ids start at 1.
+            assert c.cmd("reserve-with-timeout 0") == (b"TIMED_OUT", None), f"run {run}"
+            assert c.cmd("peek 1") == (b"NOT_FOUND", None), f"run {run}"
+            line, data = c.cmd("list-tubes")
+            assert data == b"---\n- default\n", f"run {run}"
+            c.cmd("use leftovers")
+            assert c.put("from run %d" % run, delay=0) == 1, f"run {run}"
+            assert c.put("delayed from run %d" % run, delay=100) == 2, f"run {run}"
+            c.close()
+            assert server.stop() == 0
+            log = log_text(server)
+            assert "in memory only" in log and "-b DIR" in log, log
+        finally:
+            server.close()
+    # Nothing was written to the working directory (beanstalkd without -b writes nothing).
+    assert sorted(n for n in os.listdir(cwd) if not n.endswith(".log")) == []
+
+
+def test_unix_socket_twice_in_a_row_gives_an_empty_server(cwd):
+    path = os.path.join(cwd, "x.sock")
+    for run in range(2):
+        server = UnixServer(path, cwd)
+        try:
+            server.start()
+            c = UnixConn(path)
+            assert c.cmd("reserve-with-timeout 0") == (b"TIMED_OUT", None), f"run {run}"
+            assert c.put("job of run %d" % run) == 1, f"run {run}"
+            c.close()
+            assert server.stop() == 0
+        finally:
+            server.close()
+    # Only the socket file (left behind, as beanstalkd leaves it; replaced at the next start).
+    assert sorted(n for n in os.listdir(cwd) if not n.endswith(".log")) == ["x.sock"]
+
+
+def test_in_memory_and_b_together_are_refused(workdir):
+    out = subprocess.run([tickwheel_bin(), "--in-memory", "-b", os.path.join(workdir, "d")],
+                         capture_output=True, timeout=10)
+    assert out.returncode != 0
+    assert b"--in-memory" in out.stderr and b"-b" in out.stderr, out.stderr
+
+
+# --- one process per data directory ---------------------------------------------------------
+
+def test_a_second_server_on_the_same_directory_exits_at_once(workdir):
+    data = os.path.join(workdir, "data")
+    first = tickwheel_process(data, workdir)
+    try:
+        first.start()
+        c = Conn(first.port)
+        jid = c.put("kept")
+        second = subprocess.run(
+            [tickwheel_bin(), "-l", "127.0.0.1", "-p", str(free_port()), "-b", data],
+            stdin=subprocess.DEVNULL, capture_output=True, timeout=30,
+        )
+        assert second.returncode != 0
+        stderr = second.stderr.decode("utf-8", "replace")
+        assert f"{data} is in use by pid {first.proc.pid}" in stderr, stderr
+        # The first is unaffected.
+        assert c.cmd(f"peek {jid}") == (b"FOUND %d 4" % jid, b"kept")
+        assert c.put("more") > jid
+        c.close()
+        # Once it stops, the directory is free (the lock file stays; it blocks nobody).
+        assert first.stop() == 0
+        assert os.path.exists(os.path.join(data, "tickwheel.lock"))
+        first.start()
+        c = Conn(first.port)
+        assert c.cmd(f"peek {jid}") == (b"FOUND %d 4" % jid, b"kept")
+        c.close()
+    finally:
+        first.close()
+
+
+def test_a_lock_left_by_a_killed_server_does_not_block(workdir):
+    data = os.path.join(workdir, "data")
+    server = tickwheel_process(data, workdir)
+    try:
+        server.start()
+        c = Conn(server.port)
+        jid = c.put("acked before the kill")
+        c.close()
+        server.kill()
+        server.start()
+        c = Conn(server.port)
+        assert c.cmd(f"peek {jid}")[1] == b"acked before the kill"
+        c.close()
+    finally:
+        server.close()
+
+
+# --- unix sockets with a data directory, through a real client ------------------------------
+
+def test_unix_socket_with_data_dir_and_greenstalk(workdir):
+    path = os.path.join(workdir, "tw.sock")
+    server = UnixServer(path, workdir, ["-b", os.path.join(workdir, "data")])
+    try:
+        server.start()
+        with greenstalk.Client(path, use="u", watch="u") as c:
+            kept = c.put("over a unix socket", ttr=30)
+            gone = c.put("deleted")
+            job = c.reserve(timeout=0)
+            assert (job.id, job.body) == (kept, "over a unix socket")
+            assert c.stats_job(job)["time-left"] == 29
+            c.release(job)
+            c.delete(gone)
+        assert server.stop() == 0
+        server.start()  # binds again over the stale socket file
+        with greenstalk.Client(path, use="u", watch="u") as c:
+            assert c.reserve(timeout=0).id == kept
+            with pytest.raises(greenstalk.NotFoundError):
+                c.peek(gone)
+    finally:
+        server.close()
+
+
+# --- -f MS and -F ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flags", [["-f", "50"], ["-f0"], ["-F"]], ids=" ".join)
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_fsync_modes_keep_what_they_acknowledged_across_a_restart(workdir, flags, how):
+    server = tickwheel_process(os.path.join(workdir, "data"), workdir, flags)
+    try:
+        server.start()
+        c = Conn(server.port)
+        ids = [c.put(f"job {i}", delay=(100 if i % 3 == 0 else 0)) for i in range(50)]
+        deleted = ids[1::5]
+        for jid in deleted:
+            assert c.cmd(f"delete {jid}") == (b"DELETED", None)
+        c.close()
+        if how == "SIGTERM":
+            assert server.stop() == 0
+        else:
+            server.kill()  # a crash of the process: the bytes are in the page cache
+        server.start()
+        c = Conn(server.port)
+        for i, jid in enumerate(ids):
+            line, body = c.cmd(f"peek {jid}")
+            if jid in deleted:
+                assert line == b"NOT_FOUND", f"deleted job {jid} came back"
+            else:
+                assert body == f"job {i}".encode(), f"job {jid}: {line!r}"
+        assert c.put("after") > ids[-1]
+        c.close()
+    finally:
+        server.close()
+
+
+def test_fsync_flags_are_reported_in_the_log(workdir):
+    expect = {("-f", "50"): "Periodic", ("-F",): "None", (): "Sync"}
+    for flags, word in expect.items():
+        server = tickwheel_process(os.path.join(workdir, "data"), workdir, list(flags))
+        try:
+            server.start()
+            assert server.stop() == 0
+            lines = [ln for ln in log_text(server).splitlines() if "listening" in ln]
+            assert lines and f"durability={word}" in lines[-1], lines
+        finally:
+            server.close()
+
+
+# --- --version -----------------------------------------------------------------------------
+
+def test_version_names_the_commit():
+    for flag in ("-v", "--version"):
+        out = subprocess.run([tickwheel_bin(), flag], capture_output=True, timeout=10)
+        assert out.returncode == 0
+        text = out.stdout.decode()
+        m = re.fullmatch(r"tickwheel-server (\S+) \(commit (\S+)\)\n", text)
+        assert m, text
+    try:
+        head = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True,
+                              timeout=10, check=True).stdout.decode().strip()
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("no git here to compare the commit with")
+    commit = m.group(2).removesuffix("-dirty")
+    # The binary may be older than HEAD if it was not rebuilt; ci/e2e.sh always rebuilds.
+    assert head.startswith(commit), f"built from {commit}, HEAD is {head}"
