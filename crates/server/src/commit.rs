@@ -1,106 +1,17 @@
-//! Group commit: the engine's durable changes go to the store in engine order, many
-//! connections' changes share one store commit (one fsync), and every reply waits for the
-//! commit that covers what it reports.
+//! The engine's durable changes in the store's words, and back.
 //!
-//! # Ground rules
-//!
-//! - Batches are submitted while the engine lock is held, so the committer sees them in the
-//!   order the engine made them; it never reorders.
-//! - A [`Ticket`] resolves once its batch (and every earlier one) is durable, or with the
-//!   error that stopped it. After a store error every later batch fails too (the store is
-//!   poisoned): nothing is acknowledged that is not durable.
+//! Commits themselves are the store's [`GroupCommit`](tickwheel_store::GroupCommit): the server
+//! submits each operation's changes under the engine lock (see [`crate::shared`]) and every
+//! reply waits for its [`Ticket`](tickwheel_store::Ticket).
 
-use std::sync::mpsc;
-use std::sync::Arc;
-use std::thread;
+use tickwheel_queue::{Change, DurableState, JobId, JobRecord};
+use tickwheel_store::{JobRecord as StoredJob, Mutation, StoredState};
 
-use tickwheel_queue::{Change, DurableState, JobRecord};
-use tickwheel_store::{JobRecord as StoredJob, Mutation, Store, StoredState};
-use tokio::sync::watch;
-
-/// The outcome of a commit: `Ok`, or the store's error as text (shared by many replies).
-pub(crate) type Outcome = Result<(), Arc<str>>;
-
-/// Resolves when a batch is durable.
-#[derive(Clone)]
-pub(crate) struct Ticket(watch::Receiver<Option<Outcome>>);
-
-impl Ticket {
-    /// A ticket for nothing to commit.
-    pub(crate) fn done() -> Ticket {
-        let (_, rx) = watch::channel(Some(Ok(())));
-        Ticket(rx)
-    }
-
-    /// Waits for the batch.
-    pub(crate) async fn wait(mut self) -> Outcome {
-        match self.0.wait_for(Option::is_some).await {
-            Ok(outcome) => outcome.clone().unwrap_or(Ok(())),
-            Err(_) => Err(Arc::from("the committer stopped")),
-        }
-    }
-}
-
-struct Batch {
-    changes: Vec<Change>,
-    done: watch::Sender<Option<Outcome>>,
-}
-
-/// The handle to the committer thread. The thread ends once this handle is dropped and the
-/// queue is empty; shutdown waits for the last ticket instead of joining it.
-pub(crate) struct Committer {
-    tx: mpsc::Sender<Batch>,
-}
-
-impl Committer {
-    /// Starts the committer thread over `store`.
-    pub(crate) fn start(store: Arc<dyn Store>) -> std::io::Result<Committer> {
-        let (tx, rx) = mpsc::channel::<Batch>();
-        thread::Builder::new()
-            .name("tickwheel-commit".into())
-            .spawn(move || run(&*store, &rx))?;
-        Ok(Committer { tx })
-    }
-
-    /// Queues `changes` (call with the engine lock held) and returns its ticket.
-    pub(crate) fn submit(&self, changes: Vec<Change>) -> Ticket {
-        let (done, rx) = watch::channel(None);
-        let ticket = Ticket(rx);
-        if let Err(mpsc::SendError(batch)) = self.tx.send(Batch { changes, done }) {
-            let _ = batch
-                .done
-                .send(Some(Err(Arc::from("the committer stopped"))));
-        }
-        ticket
-    }
-}
-
-fn run(store: &dyn Store, rx: &mpsc::Receiver<Batch>) {
-    let mut failed: Option<Arc<str>> = None;
-    while let Ok(first) = rx.recv() {
-        // Everything already queued joins this commit.
-        let mut batches = vec![first];
-        batches.extend(rx.try_iter());
-        let outcome = match &failed {
-            Some(error) => Err(error.clone()),
-            None => commit(store, &batches),
-        };
-        if let Err(error) = &outcome {
-            if failed.is_none() {
-                tracing::error!(%error, "store commit failed; refusing all further writes");
-            }
-            failed = Some(error.clone());
-        }
-        for batch in batches {
-            let _ = batch.done.send(Some(outcome.clone()));
-        }
-    }
-}
-
-fn commit(store: &dyn Store, batches: &[Batch]) -> Outcome {
-    let mut mutations = Vec::new();
-    let mut ids_end = None;
-    for change in batches.iter().flat_map(|b| &b.changes) {
+/// The store mutations of `changes`, and the largest id reservation among them.
+pub(crate) fn to_mutations(changes: Vec<Change>) -> (Vec<Mutation>, Option<JobId>) {
+    let mut mutations = Vec::with_capacity(changes.len());
+    let mut ids_end: Option<JobId> = None;
+    for change in changes {
         match change {
             Change::Put(job) => mutations.push(Mutation::Put(to_stored(job))),
             Change::Update {
@@ -108,33 +19,26 @@ fn commit(store: &dyn Store, batches: &[Batch]) -> Outcome {
                 state,
                 priority,
             } => mutations.push(Mutation::Update {
-                id: *id,
-                state: to_stored_state(*state),
-                priority: *priority,
+                id,
+                state: to_stored_state(state),
+                priority,
             }),
-            Change::Delete { id } => mutations.push(Mutation::Delete { id: *id }),
-            Change::ReserveIds { end } => ids_end = Some(ids_end.unwrap_or(0).max(*end)),
+            Change::Delete { id } => mutations.push(Mutation::Delete { id }),
+            Change::ReserveIds { end } => ids_end = Some(ids_end.unwrap_or(0).max(end)),
         }
     }
-    let error = |e: tickwheel_store::StoreError| Arc::<str>::from(e.to_string());
-    if let Some(end) = ids_end {
-        store.reserve_ids(end).map_err(error)?;
-    }
-    if !mutations.is_empty() {
-        store.commit(&mutations).map_err(error)?;
-    }
-    Ok(())
+    (mutations, ids_end)
 }
 
-pub(crate) fn to_stored(job: &JobRecord) -> StoredJob {
+fn to_stored(job: JobRecord) -> StoredJob {
     StoredJob {
         id: job.id,
-        tube: job.tube.clone(),
+        tube: job.tube,
         priority: job.priority,
         ttr_ms: job.ttr,
         state: to_stored_state(job.state),
         created_ms: job.created,
-        body: job.body.clone(),
+        body: job.body,
     }
 }
 

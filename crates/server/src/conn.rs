@@ -16,7 +16,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::commit::Ticket;
+use tickwheel_store::Ticket;
+
 use crate::shared::{Pending, Shared};
 use crate::stats;
 
@@ -33,7 +34,7 @@ pub(crate) async fn serve<S>(
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
     let client = shared.next_client_id();
-    shared.lock().connect(client);
+    shared.apply(|engine| engine.connect(client));
     let (mut reader, mut writer) = tokio::io::split(stream);
     let mut replies = Replies {
         held: Vec::new(),
@@ -56,11 +57,8 @@ pub(crate) async fn serve<S>(
     if let Err(error) = outcome {
         tracing::debug!(client = client.0, %error, "connection closed with an error");
     }
-    {
-        let mut engine = shared.lock();
-        engine.disconnect(shared.now(), client);
-        shared.after_op(&mut engine);
-    }
+    let now = shared.now();
+    shared.apply(|engine| engine.disconnect(now, client));
 }
 
 /// Replies executed but not yet written.
@@ -77,7 +75,7 @@ impl Replies {
     /// Waits for the commits of the held replies, in order, and writes them in one go.
     async fn flush<W: AsyncWrite + Unpin>(&mut self, writer: &mut W) -> std::io::Result<()> {
         for (ticket, reply) in self.held.drain(..) {
-            let reply = match ticket.wait().await {
+            let reply = match ticket.durable().await {
                 Ok(()) => reply,
                 Err(_) => Reply::InternalError,
             };
@@ -112,7 +110,7 @@ async fn read_commands<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 Frame::Command(command) => command,
                 Frame::Error(error) => {
                     if error == ErrorReply::ExpectedCrlf {
-                        shared.lock().count_failed_put(client);
+                        shared.apply(|engine| engine.count_failed_put(client));
                     }
                     replies.push(Ticket::done(), Reply::Error(error));
                     continue;
@@ -205,7 +203,7 @@ async fn wait_for_job<R: AsyncRead + Unpin>(
         .unwrap_or_else(|p| p.into_inner())
         .remove(&client);
     match answer {
-        Some((ticket, reply)) => Ok(match ticket.wait().await {
+        Some((ticket, reply)) => Ok(match ticket.durable().await {
             Ok(()) => reply,
             Err(_) => Reply::InternalError,
         }),
@@ -216,7 +214,6 @@ async fn wait_for_job<R: AsyncRead + Unpin>(
 /// Runs one command on the engine (under its lock) and returns the reply and the ticket it
 /// waits for.
 fn execute(shared: &Shared, client: ClientId, command: Command) -> (Ticket, Outcome) {
-    use Outcome::Reply as R;
     let (now, past_the_ms) = shared.clock_reading();
     // Delays from the protocol, in ms, rounded so that the deadline they make is never before
     // the true time plus the delay. (A TTR needs no rounding: the engine ends a lease strictly
@@ -225,12 +222,24 @@ fn execute(shared: &Shared, client: ClientId, command: Command) -> (Ticket, Outc
         0 => 0,
         s => u64::from(s) * 1000 + u64::from(past_the_ms),
     };
-    let mut engine = shared.lock();
+    shared.apply(|engine| run(shared, engine, client, command, now, secs))
+}
+
+/// The engine part of [`execute`], under the engine lock.
+fn run(
+    shared: &Shared,
+    engine: &mut tickwheel_queue::Engine,
+    client: ClientId,
+    command: Command,
+    now: u64,
+    secs: impl Fn(u32) -> u64,
+) -> Outcome {
+    use Outcome::Reply as R;
     let not_found = |r: Result<(), Error>, ok: Reply| match r {
         Ok(()) => ok,
         Err(_) => Reply::NotFound,
     };
-    let outcome = match command {
+    match command {
         Command::Put {
             priority,
             delay,
@@ -255,13 +264,13 @@ fn execute(shared: &Shared, client: ClientId, command: Command) -> (Ticket, Outc
             engine.use_tube(now, client, &tube);
             R(Reply::Using(tube))
         }
-        Command::Reserve => reserve(shared, &mut engine, now, client, None),
+        Command::Reserve => reserve(shared, engine, now, client, None),
         Command::ReserveWithTimeout(timeout) => {
             shared
                 .counters
                 .reserve_with_timeout
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            reserve(shared, &mut engine, now, client, timeout.map(secs))
+            reserve(shared, engine, now, client, timeout.map(secs))
         }
         Command::ReserveJob(id) => R(match engine.reserve_job(now, client, id) {
             Ok(job) => Reply::Reserved(job.id, job.body),
@@ -332,9 +341,7 @@ fn execute(shared: &Shared, client: ClientId, command: Command) -> (Ticket, Outc
             Reply::Paused,
         )),
         Command::Quit => R(Reply::InternalError), // handled by the reader
-    };
-    let ticket = shared.after_op(&mut engine);
-    (ticket, outcome)
+    }
 }
 
 fn reserve(

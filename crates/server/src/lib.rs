@@ -7,7 +7,8 @@
 //!
 //! The layers: [`tickwheel_proto`] decodes commands, [`tickwheel_queue::Engine`] runs them
 //! (a deterministic state machine on a timing wheel), [`tickwheel_store`] makes them durable.
-//! This crate wires them to sockets, a clock and a commit thread.
+//! This crate wires them to sockets and a clock; the store's group commit is led by the
+//! connection tasks that wait for it (no commit thread).
 //!
 //! ```no_run
 //! use tickwheel_server::{Config, Listener, Server};
@@ -38,7 +39,6 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::commit::Committer;
 use crate::shared::Shared;
 
 /// The default memory window: ten minutes of delayed jobs in memory.
@@ -115,8 +115,7 @@ pub struct Server {
 }
 
 impl Server {
-    /// Opens the store (creating the data directory if needed), recovers every job and starts
-    /// the commit thread.
+    /// Opens the store (creating the data directory if needed) and recovers every job.
     ///
     /// # Errors
     ///
@@ -154,10 +153,8 @@ impl Server {
             recovered.resident.into_iter().map(commit::from_stored),
             recovered.far_delayed,
         );
-        let committer =
-            Committer::start(store.clone()).context("cannot start the commit thread")?;
         Ok(Server {
-            shared: Arc::new(Shared::new(engine, committer, store)),
+            shared: Arc::new(Shared::new(engine, store)),
             max_job_size: config.max_job_size,
             recovered_jobs,
         })
@@ -217,7 +214,7 @@ impl Server {
         tracker.wait().await;
         // Every connection has finished; wait for the commits they queued.
         let last = self.shared.last_ticket();
-        if let Err(error) = last.wait().await {
+        if let Err(error) = last.durable().await {
             tracing::error!(%error, "the last writes could not be made durable");
         }
     }
@@ -232,7 +229,7 @@ pub struct Handle {
 impl Handle {
     /// Puts the server in drain mode (`put` answers `DRAINING`), as beanstalkd on `SIGUSR1`.
     pub fn set_draining(&self, draining: bool) {
-        self.shared.lock().set_draining(draining);
+        self.shared.apply(|engine| engine.set_draining(draining));
     }
 }
 

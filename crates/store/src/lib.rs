@@ -8,8 +8,9 @@
 //!   one fsync per commit; see `docs/decisions/0002-storage-engine.md` and
 //!   `docs/storage-format.md`).
 //! - [`MemStore`]: the same semantics in memory (`--in-memory`, tests).
-//! - [`GroupCommit`]: many threads commit concurrently; one committer thread merges every batch
-//!   waiting into one store commit with one fsync and wakes them all.
+//! - [`GroupCommit`]: many callers commit concurrently; every batch queued while a commit runs
+//!   goes into the next store commit (one fsync), led by the first caller that waits for it;
+//!   [`GroupCommit::submit`] returns a [`Ticket`] to wait on, blocking or as a future.
 //! - [`FaultyStore`]: a wrapper failing writes or fsyncs after a countdown, for tests.
 //!
 //! Far-future delayed jobs stay on disk: [`Store::recover`] loads ready and buried jobs and the
@@ -60,7 +61,7 @@ mod record;
 pub use disk::{DiskOptions, DiskStore, FORMAT_VERSION};
 pub use error::StoreError;
 pub use fault::{Fault, FaultyStore};
-pub use group::{GroupCommit, GroupStats};
+pub use group::{Durable, GroupCommit, GroupStats, Ticket};
 pub use mem::MemStore;
 pub use record::{
     validate, JobId, JobRecord, Mutation, Recovered, StoredState, MAX_BODY_LEN, MAX_TUBE_LEN,

@@ -143,3 +143,40 @@ fn invalid_batch_is_refused_alone() {
     assert!(store.get(2).unwrap().is_some());
     assert_eq!(store.stats().caller_commits, 1);
 }
+
+#[test]
+fn dropping_the_group_commits_what_nobody_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = GroupCommit::new(DiskStore::open(dir.path(), DiskOptions::default()).unwrap());
+        let ticket = store
+            .submit(vec![Mutation::Put(ready(1, "t"))], None)
+            .unwrap();
+        drop(ticket);
+        assert_eq!(
+            store.stats().store_commits,
+            0,
+            "nobody waited: nothing committed yet"
+        );
+    }
+    let store = DiskStore::open(dir.path(), DiskOptions::default()).unwrap();
+    assert_eq!(store.get(1).unwrap(), Some(ready(1, "t")));
+}
+
+#[test]
+fn a_later_ticket_covers_every_earlier_batch() {
+    let store = GroupCommit::new(Gated::default());
+    *store.inner().open.lock().unwrap() = true;
+    let first = store
+        .submit(vec![Mutation::Put(ready(1, "t"))], None)
+        .unwrap();
+    let second = store
+        .submit(vec![Mutation::Put(ready(2, "t"))], Some(100))
+        .unwrap();
+    second.wait().unwrap();
+    // One store commit for both batches, in order; the first ticket is settled too.
+    assert_eq!(*store.inner().commits.lock().unwrap(), vec![2]);
+    first.wait().unwrap();
+    assert_eq!(store.stats().store_commits, 1);
+    assert_eq!(store.recover(0).unwrap().next_id, 100);
+}
