@@ -7,8 +7,7 @@
 //!
 //! The layers: [`tickwheel_proto`] decodes commands, [`tickwheel_queue::Engine`] runs them
 //! (a deterministic state machine on a timing wheel), [`tickwheel_store`] makes them durable.
-//! This crate wires them to sockets and a clock; the store's group commit is led by the
-//! connection tasks that wait for it (no commit thread).
+//! This crate wires them to sockets and a clock; commits go through the store's group commit.
 //!
 //! ```no_run
 //! use tickwheel_server::{Config, Listener, Server};
@@ -115,7 +114,8 @@ pub struct Server {
 }
 
 impl Server {
-    /// Opens the store (creating the data directory if needed) and recovers every job.
+    /// Opens the store (creating the data directory if needed), recovers every job and starts
+    /// the store's committer thread.
     ///
     /// # Errors
     ///
@@ -153,8 +153,9 @@ impl Server {
             recovered.resident.into_iter().map(commit::from_stored),
             recovered.far_delayed,
         );
+        let shared = Shared::new(engine, store).context("cannot start the commit thread")?;
         Ok(Server {
-            shared: Arc::new(Shared::new(engine, store)),
+            shared: Arc::new(shared),
             max_job_size: config.max_job_size,
             recovered_jobs,
         })

@@ -1,22 +1,22 @@
 //! [`GroupCommit`]: one store commit (one fsync) for every batch submitted while the previous
-//! commit ran, led by the first caller that waits; no committer thread.
+//! commit ran, by a committer thread ([`GroupCommit::with_thread`], what the server uses) or
+//! by the first caller that waits ([`GroupCommit::new`]).
 //!
 //! # Ground rules
 //!
 //! - A batch is appended to `State::pending` under the state lock and gets the next sequence
 //!   number; batches are applied in sequence order, so a caller that submits in its own order
 //!   (the server submits under its engine lock) gets that order on disk.
-//! - At most one caller leads at a time (`State::leading`). The leader takes all of `pending`
-//!   under the lock, commits it outside the lock, then, under the lock again, raises `durable`
-//!   to the last sequence number it took (or records the poison) and wakes every waiter.
-//!   So a [`Ticket`] with `seq <= durable` is durable, and a waiter never returns `Ok` for a
-//!   batch that was not in a successful commit.
-//! - A waiter whose batch is not durable and that finds no leader becomes the leader itself
-//!   (on its own thread: the fsync is done by a caller that had to wait for it anyway, so no
-//!   thread is woken to do it and none is woken to hand the result back, apart from the other
-//!   waiters of the same group).
+//! - At most one committer at a time (`State::leading`). It takes all of `pending` under the
+//!   lock, commits it outside the lock, then, under the lock again, raises `durable` to the
+//!   last sequence number it took (or records the failure and poisons) and wakes every
+//!   waiter. So a [`Ticket`] with `seq <= durable` is durable, and a waiter never returns
+//!   `Ok` for a batch that was not in a successful commit.
+//! - Without a committer thread (or after it stopped), a waiter whose batch is not durable
+//!   and that finds no commit running commits the group itself, on its own thread.
 //! - After a failed commit the group is poisoned: every batch not yet durable, and every later
-//!   one, fails with [`StoreError::Poisoned`]; nothing is written again.
+//!   one, fails (the failing group with the store's error, later ones with
+//!   [`StoreError::Poisoned`]); nothing is written again.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -38,13 +38,14 @@ pub struct GroupStats {
     pub mutations: u64,
 }
 
-/// Merges concurrent commits into one commit of the inner store, led by a waiting caller.
+/// Merges concurrent commits into one commit of the inner store.
 ///
 /// [`submit`](GroupCommit::submit) queues a batch and returns a [`Ticket`] at once;
 /// [`Ticket::wait`] (blocking) or [`Ticket::durable`] (a future, for async servers) returns
-/// once the batch is durable. The first waiter that finds no commit running commits everything
-/// queued so far (one fsync) and wakes the others; batches queued while it commits form the
-/// next group. [`Store::commit`] is `submit` then `wait`.
+/// once the batch is durable. Everything queued while a commit runs goes into the next one
+/// (one fsync). Who commits: the committer thread of [`with_thread`](GroupCommit::with_thread),
+/// or with [`new`](GroupCommit::new) the first waiter that finds no commit running.
+/// [`Store::commit`] is `submit` then `wait`.
 ///
 /// After a failed store commit every waiter of that group gets the error, and every later
 /// commit gets [`StoreError::Poisoned`] without touching the store.
@@ -78,12 +79,16 @@ pub struct GroupStats {
 /// ```
 pub struct GroupCommit<S: Store + 'static> {
     shared: Arc<Shared<S>>,
+    /// The committer thread of [`GroupCommit::with_thread`].
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 struct Shared<S: ?Sized> {
     state: Mutex<State>,
     /// Signalled (with the wakers) whenever `durable` or `poison` changes.
     changed: Condvar,
+    /// Wakes the committer thread, if there is one, when work arrives or at shutdown.
+    work: Condvar,
     caller_commits: AtomicU64,
     store_commits: AtomicU64,
     mutations: AtomicU64,
@@ -102,6 +107,12 @@ struct State {
     durable: u64,
     /// A caller is committing.
     leading: bool,
+    /// A committer thread commits every group; callers only wait.
+    thread: bool,
+    /// The committer thread waits for work (so a submit must wake it).
+    idle: bool,
+    /// The committer thread must stop once nothing is pending.
+    shutdown: bool,
     /// Batches up to this one were in the commit that failed, and get its error.
     failed_upto: u64,
     /// The error of the commit that failed.
@@ -119,18 +130,40 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 }
 
 impl<S: Store + 'static> GroupCommit<S> {
-    /// Wraps `store`. No thread is started: commits run on the callers' threads.
+    /// Wraps `store`. No thread is started: each group is committed by the first caller that
+    /// waits for it, on its own thread.
     pub fn new(store: S) -> GroupCommit<S> {
         GroupCommit {
             shared: Arc::new(Shared {
                 state: Mutex::new(State::default()),
                 changed: Condvar::new(),
+                work: Condvar::new(),
                 caller_commits: AtomicU64::new(0),
                 store_commits: AtomicU64::new(0),
                 mutations: AtomicU64::new(0),
                 store,
             }),
+            thread: None,
         }
+    }
+
+    /// Wraps `store` with one committer thread that commits every group; waiters never commit
+    /// themselves (while the thread runs). Same guarantees as [`GroupCommit::new`]; the
+    /// difference is which thread calls the store, see `docs/decisions/0005-one-committer.md`.
+    ///
+    /// # Errors
+    ///
+    /// The OS refused to start a thread.
+    pub fn with_thread(store: S) -> std::io::Result<GroupCommit<S>> {
+        let mut group = GroupCommit::new(store);
+        lock(&group.shared.state).thread = true;
+        let shared = Arc::clone(&group.shared);
+        let handle = std::thread::Builder::new()
+            .name("tickwheel-commit".into())
+            .spawn(move || shared.committer())
+            .inspect_err(|_| lock(&group.shared.state).thread = false)?;
+        group.thread = Some(handle);
+        Ok(group)
     }
 
     /// The wrapped store.
@@ -171,6 +204,9 @@ impl<S: Store + 'static> GroupCommit<S> {
                 st.pending_ids_end = Some(st.pending_ids_end.unwrap_or(0).max(end));
             }
             self.shared.caller_commits.fetch_add(1, Ordering::Relaxed);
+            if std::mem::take(&mut st.idle) {
+                self.shared.work.notify_one();
+            }
         }
         Ok(Ticket {
             seq: st.submitted,
@@ -252,13 +288,32 @@ impl<S: Store + ?Sized> Shared<S> {
         })
     }
 
+    /// The committer thread of [`GroupCommit::with_thread`]: commits each group as it forms,
+    /// until shutdown with nothing pending.
+    fn committer(&self) {
+        let mut st = lock(&self.state);
+        loop {
+            let pending = st.submitted > st.durable && st.poison.is_none();
+            if pending && !st.leading {
+                st = self.lead(st);
+            } else if !pending && st.shutdown {
+                st.thread = false;
+                return;
+            } else {
+                st.idle = true;
+                st = self.work.wait(st).unwrap_or_else(|e| e.into_inner());
+                st.idle = false;
+            }
+        }
+    }
+
     fn wait(&self, seq: u64) -> Result<(), StoreError> {
         let mut st = lock(&self.state);
         loop {
             if let Some(outcome) = Self::settled(&st, seq) {
                 return outcome;
             }
-            st = if st.leading {
+            st = if st.leading || st.thread {
                 self.changed.wait(st).unwrap_or_else(|e| e.into_inner())
             } else {
                 self.lead(st)
@@ -272,7 +327,7 @@ impl<S: Store + ?Sized> Shared<S> {
             if let Some(outcome) = Self::settled(&st, seq) {
                 return Poll::Ready(outcome);
             }
-            if st.leading {
+            if st.leading || st.thread {
                 if !st.wakers.iter().any(|w| w.will_wake(cx.waker())) {
                     st.wakers.push(cx.waker().clone());
                 }
@@ -285,6 +340,13 @@ impl<S: Store + ?Sized> Shared<S> {
 
 impl<S: Store + 'static> Drop for GroupCommit<S> {
     fn drop(&mut self) {
+        if let Some(handle) = self.thread.take() {
+            // The thread commits what is pending, then stops; later waiters lead themselves.
+            lock(&self.shared.state).shutdown = true;
+            self.shared.work.notify_all();
+            let _ = handle.join();
+            lock(&self.shared.state).thread = false;
+        }
         // Tickets hold the shared state, so this is the last handle only if none is left.
         if Arc::strong_count(&self.shared) == 1 {
             let seq = lock(&self.shared.state).submitted;

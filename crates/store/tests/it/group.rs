@@ -180,3 +180,71 @@ fn a_later_ticket_covers_every_earlier_batch() {
     assert_eq!(store.stats().store_commits, 1);
     assert_eq!(store.recover(0).unwrap().next_id, 100);
 }
+
+#[test]
+fn with_a_committer_thread_every_acknowledged_put_is_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Arc::new(
+            GroupCommit::with_thread(DiskStore::open(dir.path(), DiskOptions::default()).unwrap())
+                .unwrap(),
+        );
+        let handles: Vec<_> = (0..8u64)
+            .map(|t| {
+                let store = Arc::clone(&store);
+                std::thread::spawn(move || {
+                    for i in 0..20 {
+                        store
+                            .commit(&[Mutation::Put(ready(t * 100 + i, "t"))])
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        // Submitted and never waited for: the thread commits it anyway before it stops.
+        drop(
+            store
+                .submit(vec![Mutation::Put(ready(999, "t"))], None)
+                .unwrap(),
+        );
+    }
+    let store = DiskStore::open(dir.path(), DiskOptions::default()).unwrap();
+    assert_eq!(store.recover(0).unwrap().resident.len(), 8 * 20 + 1);
+}
+
+/// The ticket's future, polled by hand: pending while the (gated) committer thread commits,
+/// ready once it is done, and woken by it.
+#[test]
+fn a_ticket_future_is_woken_by_the_committer() {
+    use std::future::Future as _;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Poll, Wake, Waker};
+
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let woken = Arc::new(Count(AtomicUsize::new(0)));
+    let waker = Waker::from(Arc::clone(&woken));
+    let mut cx = Context::from_waker(&waker);
+
+    let store = GroupCommit::with_thread(Gated::default()).unwrap();
+    let ticket = store
+        .submit(vec![Mutation::Put(ready(1, "t"))], None)
+        .unwrap();
+    let mut fut = std::pin::pin!(ticket.durable());
+    // The thread is blocked in the gated commit (or about to be): never ready before the gate.
+    assert!(fut.as_mut().poll(&mut cx).is_pending());
+    *store.inner().open.lock().unwrap() = true;
+    store.inner().cv.notify_all();
+    while woken.0.load(Ordering::SeqCst) == 0 {
+        std::thread::yield_now();
+    }
+    assert!(matches!(fut.as_mut().poll(&mut cx), Poll::Ready(Ok(()))));
+    assert!(store.get(1).unwrap().is_some());
+}
