@@ -114,7 +114,7 @@ pub struct JobRecord {
     /// The job id.
     pub id: JobId,
     /// The tube's name.
-    pub tube: String,
+    pub tube: TubeName,
     /// Priority: lower is more urgent.
     pub priority: u32,
     /// Time to run, in ms.

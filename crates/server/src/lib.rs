@@ -23,7 +23,6 @@
 
 #![forbid(unsafe_code)]
 
-mod commit;
 mod conn;
 mod shared;
 mod stats;
@@ -150,7 +149,7 @@ impl Server {
             engine_config,
             now,
             recovered.next_id,
-            recovered.resident.into_iter().map(commit::from_stored),
+            recovered.resident,
             recovered.far_delayed,
         );
         let shared = Shared::new(engine, store).context("cannot start the commit thread")?;

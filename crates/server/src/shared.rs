@@ -23,8 +23,6 @@ use tickwheel_queue::{ClientId, Engine, Event, JobId, Millis};
 use tickwheel_store::{GroupCommit, Store, StoreError, Ticket};
 use tokio::sync::{mpsc, Notify};
 
-use crate::commit::{from_stored, to_mutations};
-
 /// A reply to send once its commit is durable.
 pub(crate) type Pending = (Ticket, Reply);
 
@@ -148,8 +146,7 @@ impl Shared {
         let ticket = if changes.is_empty() {
             self.group.last_ticket()
         } else {
-            let (mutations, ids_end) = to_mutations(changes);
-            match self.group.submit(mutations, ids_end) {
+            match self.group.submit(changes) {
                 Ok(ticket) => ticket,
                 Err(error) => {
                     tracing::error!(%error, "the store refused a batch");
@@ -215,7 +212,7 @@ impl Shared {
                 return Err(error);
             }
         };
-        self.apply(|engine| engine.load_window(records.into_iter().map(from_stored).collect()));
+        self.apply(|engine| engine.load_window(records));
         Ok(true)
     }
 
@@ -233,7 +230,7 @@ impl Shared {
             .await
             .unwrap_or(Ok(None))?;
         if let Some(record) = record {
-            self.apply(|engine| engine.load_job(from_stored(record)));
+            self.apply(|engine| engine.load_job(record));
         }
         Ok(())
     }

@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use tickwheel_store::{
-    DiskOptions, DiskStore, GroupCommit, JobRecord, Mutation, Store, StoredState,
+    Change, DiskOptions, DiskStore, DurableState, GroupCommit, JobRecord, Store, TubeName,
 };
 
 const DAY_MS: u64 = 86_400_000;
@@ -44,13 +44,13 @@ fn job(id: u64, rng: &mut Rng, _body: &Bytes) -> JobRecord {
         .collect();
     JobRecord {
         id,
-        tube: format!("tube-{}", id % 8),
+        tube: TubeName::new(&format!("tube-{}", id % 8)).expect("valid tube name"),
         priority: 1024,
-        ttr_ms: 60_000,
-        state: StoredState::Delayed {
-            until_ms: DAY_MS + rng.next() % (29 * DAY_MS),
+        ttr: 60_000,
+        state: DurableState::Delayed {
+            until: DAY_MS + rng.next() % (29 * DAY_MS),
         },
-        created_ms: 0,
+        created: 0,
         body: Bytes::from(body),
     }
 }
@@ -132,7 +132,7 @@ fn puts(threads: u64, per_thread: u64, rounds: usize) {
                     for _ in 0..per_thread {
                         let id = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         store
-                            .commit(&[Mutation::Put(job(id, &mut rng, &body))])
+                            .commit(&[Change::Put(job(id, &mut rng, &body))])
                             .unwrap();
                     }
                 })
@@ -170,8 +170,8 @@ fn populate(dir: &Path, jobs: u64) {
             .map(|i| {
                 let j = job(i, &mut rng, &body);
                 // Locator in `jobs` (8 + 9), record under its `due` key (16 + 31 + tube + body).
-                live_bytes += 8 + 9 + 16 + 31 + j.tube.len() as u64 + 100;
-                Mutation::Put(j)
+                live_bytes += 8 + 9 + 16 + 31 + j.tube.as_str().len() as u64 + 100;
+                Change::Put(j)
             })
             .collect();
         id += batch.len() as u64;
@@ -199,7 +199,7 @@ fn recover(dir: &Path) {
     let t_recover = t0.elapsed();
     let body = Bytes::from(vec![b'x'; 100]);
     store
-        .commit(&[Mutation::Put(job(r.next_id, &mut Rng(1), &body))])
+        .commit(&[Change::Put(job(r.next_id, &mut Rng(1), &body))])
         .unwrap();
     let t_write = t0.elapsed();
     let far: u64 = r.far_delayed.iter().map(|(_, n)| n).sum();

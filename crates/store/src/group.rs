@@ -24,8 +24,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
+use tickwheel_queue::{Change, JobId, JobRecord};
+
 use crate::record::validate;
-use crate::{JobId, JobRecord, Mutation, Recovered, Store, StoreError};
+use crate::{Recovered, Store, StoreError};
 
 /// Counters of a [`GroupCommit`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -57,13 +59,13 @@ pub struct GroupStats {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use tickwheel_store::{GroupCommit, MemStore, Mutation, Store};
+/// use tickwheel_store::{Change, GroupCommit, MemStore, Store};
 ///
 /// let store = Arc::new(GroupCommit::new(MemStore::new()));
 /// let threads: Vec<_> = (0..4u64)
 ///     .map(|t| {
 ///         let store = Arc::clone(&store);
-///         std::thread::spawn(move || store.commit(&[Mutation::Delete { id: t }]))
+///         std::thread::spawn(move || store.commit(&[Change::Delete { id: t }]))
 ///     })
 ///     .collect();
 /// for t in threads {
@@ -73,7 +75,7 @@ pub struct GroupStats {
 /// assert!(store.stats().store_commits <= 4);
 ///
 /// // Submit now, wait later (or `.await` `ticket.durable()` in async code).
-/// let ticket = store.submit(vec![Mutation::Delete { id: 9 }], None)?;
+/// let ticket = store.submit(vec![Change::Delete { id: 9 }])?;
 /// ticket.wait()?;
 /// # Ok::<(), tickwheel_store::StoreError>(())
 /// ```
@@ -97,10 +99,8 @@ struct Shared<S: ?Sized> {
 
 #[derive(Default)]
 struct State {
-    /// Mutations of the batches `durable + 1 ..= submitted` not yet taken by a leader.
-    pending: Vec<Mutation>,
-    /// The largest id-reservation end among the pending batches.
-    pending_ids_end: Option<JobId>,
+    /// Changes of the batches `durable + 1 ..= submitted` not yet taken by a committer.
+    pending: Vec<Change>,
     /// Sequence number of the last batch submitted.
     submitted: u64,
     /// Every batch with a sequence number up to this one is durable.
@@ -180,29 +180,21 @@ impl<S: Store + 'static> GroupCommit<S> {
         }
     }
 
-    /// Queues `batch` (and, if `reserve_ids` is given, an id reservation as
-    /// [`Store::reserve_ids`]) after every batch submitted before, and returns its ticket
-    /// without waiting. An empty submission returns the ticket of the last batch submitted:
-    /// it resolves once everything submitted so far is durable.
+    /// Queues `batch` after every batch submitted before, and returns its ticket without
+    /// waiting. An empty batch returns the ticket of the last batch submitted: it resolves
+    /// once everything submitted so far is durable.
     ///
     /// # Errors
     ///
     /// [`StoreError::TooLarge`] for an invalid batch (nothing is queued, and other callers'
     /// batches are unaffected).
-    pub fn submit(
-        &self,
-        batch: Vec<Mutation>,
-        reserve_ids: Option<JobId>,
-    ) -> Result<Ticket, StoreError> {
+    pub fn submit(&self, batch: Vec<Change>) -> Result<Ticket, StoreError> {
         // Refuse a bad batch here, so it cannot fail the merged commit of other callers.
         validate(&batch)?;
         let mut st = lock(&self.shared.state);
-        if !batch.is_empty() || reserve_ids.is_some() {
+        if !batch.is_empty() {
             st.submitted += 1;
             st.pending.extend(batch);
-            if let Some(end) = reserve_ids {
-                st.pending_ids_end = Some(st.pending_ids_end.unwrap_or(0).max(end));
-            }
             self.shared.caller_commits.fetch_add(1, Ordering::Relaxed);
             if std::mem::take(&mut st.idle) {
                 self.shared.work.notify_one();
@@ -243,10 +235,9 @@ impl<S: Store + ?Sized> Shared<S> {
     fn lead<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
         st.leading = true;
         let batch = std::mem::take(&mut st.pending);
-        let ids_end = st.pending_ids_end.take();
         let upto = st.submitted;
         drop(st);
-        let result = self.commit_group(&batch, ids_end);
+        let result = self.commit_group(&batch);
         let mut st = lock(&self.state);
         st.leading = false;
         match result {
@@ -264,28 +255,24 @@ impl<S: Store + ?Sized> Shared<S> {
                 st.failure = Some(e);
             }
         }
-        for w in st.wakers.drain(..) {
+        let wakers = std::mem::take(&mut st.wakers);
+        self.changed.notify_all();
+        // Woken outside the lock: hundreds of waiters must not hold up the next submit (which
+        // the server makes under its engine lock).
+        drop(st);
+        for w in wakers {
             w.wake();
         }
-        self.changed.notify_all();
-        st
+        lock(&self.state)
     }
 
-    fn commit_group(&self, batch: &[Mutation], ids_end: Option<JobId>) -> Result<(), StoreError> {
+    fn commit_group(&self, batch: &[Change]) -> Result<(), StoreError> {
         // A panicking store must not leave `leading` set forever (every waiter would hang).
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            if let Some(end) = ids_end {
-                self.store.reserve_ids(end)?;
-            }
-            if !batch.is_empty() {
-                self.store.commit(batch)?;
-            }
-            Ok(())
-        }))
-        .unwrap_or(Err(StoreError::Closed))
-        .inspect(|()| {
-            self.store_commits.fetch_add(1, Ordering::Relaxed);
-        })
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.store.commit(batch)))
+            .unwrap_or(Err(StoreError::Closed))
+            .inspect(|()| {
+                self.store_commits.fetch_add(1, Ordering::Relaxed);
+            })
     }
 
     /// The committer thread of [`GroupCommit::with_thread`]: commits each group as it forms,
@@ -328,9 +315,9 @@ impl<S: Store + ?Sized> Shared<S> {
                 return Poll::Ready(outcome);
             }
             if st.leading || st.thread {
-                if !st.wakers.iter().any(|w| w.will_wake(cx.waker())) {
-                    st.wakers.push(cx.waker().clone());
-                }
+                // No de-duplication (that is quadratic in the waiters): a future is polled
+                // again only when woken, and a spare wake-up is harmless.
+                st.wakers.push(cx.waker().clone());
                 return Poll::Pending;
             }
             st = self.lead(st);
@@ -443,15 +430,11 @@ impl Future for Durable<'_> {
 }
 
 impl<S: Store + 'static> Store for GroupCommit<S> {
-    fn commit(&self, batch: &[Mutation]) -> Result<(), StoreError> {
+    fn commit(&self, batch: &[Change]) -> Result<(), StoreError> {
         if batch.is_empty() {
-            return validate(batch);
+            return Ok(());
         }
-        self.submit(batch.to_vec(), None)?.wait()
-    }
-
-    fn reserve_ids(&self, end: JobId) -> Result<(), StoreError> {
-        self.submit(Vec::new(), Some(end))?.wait()
+        self.submit(batch.to_vec())?.wait()
     }
 
     fn recover(&self, window_end_ms: u64) -> Result<Recovered, StoreError> {

@@ -548,7 +548,7 @@ impl Runner {
                 self.persist()?;
                 self.pending_load = None; // the load died with the process
                 let window_end = self.config.window_end_at(t);
-                let mut far: BTreeMap<String, u64> = BTreeMap::new();
+                let mut far: BTreeMap<TubeName, u64> = BTreeMap::new();
                 let mut records = Vec::new();
                 for record in self.durable.values() {
                     match record.state {

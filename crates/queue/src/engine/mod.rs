@@ -212,12 +212,11 @@ impl Engine {
         now: Millis,
         next_id: JobId,
         records: impl IntoIterator<Item = JobRecord>,
-        far: Vec<(String, u64)>,
+        far: Vec<(TubeName, u64)>,
     ) -> Engine {
         let mut engine = Engine::new(config, now);
         for (name, count) in far {
-            let tube =
-                engine.tube_ref(&TubeName::new(&name).unwrap_or_else(|_| TubeName::default_tube()));
+            let tube = engine.tube_ref(&name);
             engine.add_far_many(tube, count);
             engine.tube_mut(tube).total_jobs += count;
             engine.total_jobs += count;
@@ -227,9 +226,7 @@ impl Engine {
         let mut max_id = 0;
         for record in records {
             max_id = max_id.max(record.id);
-            let tube = engine.tube_ref(
-                &TubeName::new(&record.tube).unwrap_or_else(|_| TubeName::default_tube()),
-            );
+            let tube = engine.tube_ref(&record.tube);
             let created = record.created.min(now);
             let job = Job::new(tube, record.priority, record.ttr, 0, created, record.body);
             engine.add_job(record.id, job);
@@ -505,7 +502,7 @@ impl Engine {
         };
         self.changes.push(Change::Put(JobRecord {
             id,
-            tube: self.tube(tube).name.as_str().to_owned(),
+            tube: self.tube(tube).name.clone(),
             priority,
             ttr,
             state,

@@ -25,7 +25,7 @@ use std::collections::HashSet;
 
 use super::{Engine, Job};
 use crate::tube::TubeId;
-use crate::types::{ClientId, DurableState, JobId, JobRecord, Millis, TubeName};
+use crate::types::{ClientId, DurableState, JobId, JobRecord, Millis};
 
 /// A window load in progress.
 pub(super) struct Loading {
@@ -185,8 +185,7 @@ impl Engine {
     }
 
     fn make_resident(&mut self, record: JobRecord, until: Millis) {
-        let name = TubeName::new(&record.tube).unwrap_or_else(|_| TubeName::default_tube());
-        let tube = self.tube_ref(&name);
+        let tube = self.tube_ref(&record.tube);
         let t = self.tube_mut(tube);
         t.far_delayed = t.far_delayed.saturating_sub(1);
         self.far = self.far.saturating_sub(1);
