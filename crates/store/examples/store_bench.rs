@@ -8,7 +8,8 @@
 //!
 //! `puts`: durable puts/s — `threads` producers, each committing one 100-byte-body delayed put
 //! (due in 1–30 days) at a time through `GroupCommit<DiskStore>` with `Durability::Sync`
-//! (acknowledged after fsync). `populate`: writes `jobs` delayed jobs due in 1–30 days, in
+//! (acknowledged after fsync), rounds alternating between the two committers: the first
+//! waiter commits (`GroupCommit::new`) and a committer thread (`GroupCommit::with_thread`). `populate`: writes `jobs` delayed jobs due in 1–30 days, in
 //! batches of 1000. `recover`: run in a fresh process, so RSS is recovery's alone: opens the
 //! store, recovers with a 1-hour window (nothing resident) and a 2-day window, commits one put
 //! (the store accepts writes), and prints times, RSS and disk use.
@@ -113,12 +114,16 @@ fn status(field: &str) -> String {
 
 fn puts(threads: u64, per_thread: u64, rounds: usize) {
     let body = Bytes::from(vec![b'x'; 100]);
-    let mut rates = Vec::new();
-    for round in 0..rounds {
+    let mut rates = [Vec::new(), Vec::new()];
+    for round in 0..rounds * 2 {
+        let mode = round % 2;
         let dir = tempfile::tempdir_in(".").unwrap();
-        let store = Arc::new(GroupCommit::new(
-            DiskStore::open(dir.path(), DiskOptions::default()).unwrap(),
-        ));
+        let disk = DiskStore::open(dir.path(), DiskOptions::default()).unwrap();
+        let store = Arc::new(if mode == 0 {
+            GroupCommit::new(disk)
+        } else {
+            GroupCommit::with_thread(disk).unwrap()
+        });
         // Ids come from one counter, as the engine hands them out.
         let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let start = Instant::now();
@@ -145,18 +150,24 @@ fn puts(threads: u64, per_thread: u64, rounds: usize) {
         let stats = store.stats();
         let rate = (threads * per_thread) as f64 / secs;
         println!(
-            "round {round}: {} durable puts in {secs:.2} s = {rate:.0} puts/s; {} store commits (fsyncs), {:.1} puts per fsync",
+            "round {round} ({}): {} durable puts in {secs:.2} s = {rate:.0} puts/s; {} store commits (fsyncs), {:.1} puts per fsync",
+            MODES[mode],
             threads * per_thread,
             stats.store_commits,
             stats.caller_commits as f64 / stats.store_commits as f64
         );
-        rates.push(rate);
+        rates[mode].push(rate);
     }
-    println!(
-        "median: {:.0} durable puts/s ({threads} threads, 100-byte bodies)",
-        median(&mut rates)
-    );
+    for (mode, rates) in rates.iter_mut().enumerate() {
+        println!(
+            "median ({}): {:.0} durable puts/s ({threads} threads, 100-byte bodies)",
+            MODES[mode],
+            median(rates)
+        );
+    }
 }
+
+const MODES: [&str; 2] = ["first waiter commits", "committer thread"];
 
 fn populate(dir: &Path, jobs: u64) {
     let body = Bytes::from(vec![b'x'; 100]);

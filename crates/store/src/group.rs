@@ -120,7 +120,8 @@ struct State {
     /// Set after a failed commit: the answer for every later batch.
     poison: Option<StoreError>,
     /// Async waiters to wake when `durable` or `poison` changes.
-    wakers: Vec<Waker>,
+    /// With the sequence number each waits for: a commit wakes only the waiters it settles.
+    wakers: Vec<(u64, Waker)>,
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -255,12 +256,23 @@ impl<S: Store + ?Sized> Shared<S> {
                 st.failure = Some(e);
             }
         }
-        let wakers = std::mem::take(&mut st.wakers);
+        // With a committer thread, wake the settled waiters only: the others (batches of the
+        // next group) keep waiting for the thread. Without one, wake all, so one of them leads.
+        let wakers: Vec<(u64, Waker)> = if st.poison.is_some() || !st.thread {
+            std::mem::take(&mut st.wakers)
+        } else {
+            let durable = st.durable;
+            let (settled, waiting) = std::mem::take(&mut st.wakers)
+                .into_iter()
+                .partition(|(seq, _)| *seq <= durable);
+            st.wakers = waiting;
+            settled
+        };
         self.changed.notify_all();
         // Woken outside the lock: hundreds of waiters must not hold up the next submit (which
         // the server makes under its engine lock).
         drop(st);
-        for w in wakers {
+        for (_, w) in wakers {
             w.wake();
         }
         lock(&self.state)
@@ -317,7 +329,7 @@ impl<S: Store + ?Sized> Shared<S> {
             if st.leading || st.thread {
                 // No de-duplication (that is quadratic in the waiters): a future is polled
                 // again only when woken, and a spare wake-up is harmless.
-                st.wakers.push(cx.waker().clone());
+                st.wakers.push((seq, cx.waker().clone()));
                 return Poll::Pending;
             }
             st = self.lead(st);

@@ -25,15 +25,7 @@ fn format_v1_fixture_opens_and_recovers() {
     let mut resident: Vec<_> = recovered
         .resident
         .iter()
-        .map(|j| {
-            (
-                j.id,
-                j.tube.as_str(),
-                j.priority,
-                j.state,
-                j.body.clone(),
-            )
-        })
+        .map(|j| (j.id, j.tube.as_str(), j.priority, j.state, j.body.clone()))
         .collect();
     resident.sort_by_key(|r| r.0);
     assert_eq!(
