@@ -50,6 +50,22 @@
 //! absolute end, so a job whose time passed while the server was down is ready at once in
 //! [`Engine::recover`]. Ids are persisted in blocks ([`Change::ReserveIds`]) and never reused.
 
+//! # Module map
+//!
+//! | file | what it holds |
+//! |------|---------------|
+//! | `types.rs` | the vocabulary: ids, [`JobState`], [`Event`], [`Reserve`], [`Change`], [`JobRecord`], [`TubeName`] |
+//! | `engine/mod.rs` | [`Engine`] and [`Config`]: construction, recovery, the clock ([`Engine::advance`], [`Engine::next_deadline`]), changes and events |
+//! | `engine/clients.rs` | connections and their tubes: `connect`, `disconnect`, `use`, `watch`, `ignore` |
+//! | `engine/producer.rs` | `put` (id blocks, far-future jobs straight to the store) |
+//! | `engine/worker.rs` | `reserve`, `reserve-job`, `delete`, `release`, `bury`, `touch`, `kick` |
+//! | `engine/inspect.rs` | `peek*`, `stats*`, `list-tubes*`, `pause-tube`, read-only queries |
+//! | `engine/state.rs` | timers firing, entering and leaving job states, serving waiting clients |
+//! | `engine/tubes.rs` | tube creation and removal, the job table |
+//! | `engine/window.rs` | the memory window: which delayed jobs stay in the store, and loading them |
+//! | `tube.rs` | one tube: its ready, delayed and buried queues, waiters, pause |
+//! | `stats.rs` | the counters behind `stats`, `stats-tube`, `stats-job` |
+
 #![forbid(unsafe_code)]
 
 mod engine;
