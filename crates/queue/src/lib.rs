@@ -10,7 +10,11 @@
 //!    durability;
 //! 3. send the replies owed to *other* clients, [`Engine::take_events`] (a waiting
 //!    `reserve` that got a job, timed out, or hit `DEADLINE_SOON`);
-//! 4. sleep until [`Engine::next_deadline`] or the next command, then [`Engine::advance`].
+//! 4. sleep until [`Engine::next_deadline`] or the next command, then [`Engine::advance`];
+//! 5. with a memory window ([`Config::window`]), an operation that needs jobs kept on disk
+//!    only answers [`Error::NeedsLoad`] and does nothing: read what its [`Load`] names from the
+//!    store, hand it over ([`Engine::load_job`], [`Engine::load_window`]) and run the operation
+//!    again. The engine never does I/O; the server never needs to know about the window.
 //!
 //! ```
 //! use bytes::Bytes;
@@ -77,5 +81,5 @@ pub use engine::{Config, Engine};
 pub use stats::{CmdCounters, JobStats, Stats, TubeStats};
 pub use types::{
     BadTubeName, Change, ClientId, DurableState, Error, Event, JobId, JobRecord, JobState, JobView,
-    Millis, Reserve, TubeName, MAX_TUBE_NAME, SAFETY_MARGIN_MS, URGENT_PRIORITY,
+    Load, Millis, Reserve, TubeName, MAX_TUBE_NAME, SAFETY_MARGIN_MS, URGENT_PRIORITY,
 };

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use tickwheel_proto::Reply;
-use tickwheel_queue::{ClientId, Engine, Event, JobId, Millis};
+use tickwheel_queue::{ClientId, Engine, Event, Load, Millis};
 use tickwheel_store::{GroupCommit, Store, StoreError, Ticket};
 use tokio::sync::{mpsc, Notify};
 
@@ -216,43 +216,21 @@ impl Shared {
         Ok(true)
     }
 
-    /// Before a command on job `id`: if it may be a far job, read it from the store and bring
-    /// it into memory.
-    pub(crate) async fn load_job(&self, id: JobId) -> Result<(), StoreError> {
-        // Taken under the engine lock: the ticket covers every change made so far.
-        let Some(ticket) = self.read(|engine| engine.needs_load(id).then(|| self.last_ticket()))
-        else {
-            return Ok(());
-        };
-        let _ = ticket.durable().await;
-        let store = self.group.inner().clone();
-        let record = tokio::task::spawn_blocking(move || store.get(id))
-            .await
-            .unwrap_or(Ok(None))?;
-        if let Some(record) = record {
-            self.apply(|engine| engine.load_job(record));
-        }
-        Ok(())
-    }
-
-    /// Before `peek-delayed` / `kick wanted`: widen the window until the used tube's earliest
-    /// delayed jobs are in memory.
-    pub(crate) async fn load_for_tube(
-        &self,
-        client: ClientId,
-        wanted: u64,
-        kick: bool,
-    ) -> Result<(), StoreError> {
-        for _ in 0..64 {
-            if !self.read(|engine| engine.needs_far_for_tube(client, wanted, kick)) {
-                return Ok(());
+    /// Carries out a load the engine asked for ([`Load`]): reads a job by id, or the next
+    /// range of far jobs, from the store, once every change made so far is durable.
+    pub(crate) async fn load(&self, load: Load) -> Result<(), StoreError> {
+        match load {
+            Load::Job(id) => {
+                let _ = self.last_ticket().durable().await;
+                let store = self.group.inner().clone();
+                let record = tokio::task::spawn_blocking(move || store.get(id))
+                    .await
+                    .unwrap_or(Ok(None))?;
+                self.apply(|engine| engine.load_job(id, record));
+                Ok(())
             }
-            if !self.load_window(true).await? {
-                // A regular load was in flight; it has completed now: check again.
-                continue;
-            }
+            Load::Widen => self.load_window(true).await.map(|_| ()),
         }
-        Ok(())
     }
 }
 

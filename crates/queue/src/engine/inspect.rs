@@ -4,36 +4,75 @@ use super::*;
 
 impl Engine {
     /// `peek <id>`: any job, in any state.
-    pub fn peek(&mut self, now: Millis, id: JobId) -> Option<JobView> {
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] if there is no such job; [`Error::NeedsLoad`] if it may be on disk
+    /// only.
+    pub fn peek(&mut self, now: Millis, id: JobId) -> Result<JobView, Error> {
         self.advance(now);
+        self.require_job(id)?;
         self.cmd.peek += 1;
-        self.view(id)
+        self.view(id).ok_or(Error::NotFound)
     }
 
     /// `peek-ready`, `peek-delayed` or `peek-buried` on the client's used tube: the job a
     /// reserve, the clock or a kick would take next.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] if there is none; [`Error::NeedsLoad`] for `peek-delayed` if the
+    /// tube's earliest delayed job may be on disk only.
     pub fn peek_state(
         &mut self,
         now: Millis,
         client: ClientId,
         state: JobState,
-    ) -> Option<JobView> {
+    ) -> Result<JobView, Error> {
         self.advance(now);
+        if state == JobState::Delayed {
+            self.require_front(client, 1, false)?;
+        }
         match state {
             JobState::Ready => self.cmd.peek_ready += 1,
             JobState::Delayed => self.cmd.peek_delayed += 1,
             JobState::Buried => self.cmd.peek_buried += 1,
             JobState::Reserved => {}
         }
-        let tube = self.clients.get(&client)?.used;
+        let tube = self.clients.get(&client).ok_or(Error::NotFound)?.used;
         let t = self.tube(tube);
         let id = match state {
             JobState::Ready => t.ready.iter().next().map(|&(_, id)| id),
             JobState::Delayed => t.delayed.iter().next().map(|&(_, id)| id),
             JobState::Buried => t.buried.values().next().copied(),
             JobState::Reserved => None,
-        }?;
-        self.view(id)
+        }
+        .ok_or(Error::NotFound)?;
+        self.view(id).ok_or(Error::NotFound)
+    }
+
+    /// `stats-job <id>` at `now`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] if there is no such job; [`Error::NeedsLoad`] if it may be on disk
+    /// only.
+    pub fn stats_job(&mut self, now: Millis, id: JobId) -> Result<JobStats, Error> {
+        self.advance(now);
+        self.require_job(id)?;
+        self.job_stats(id).ok_or(Error::NotFound)
+    }
+
+    /// `stats-tube <tube>` at `now`.
+    pub fn stats_tube(&mut self, now: Millis, name: &TubeName) -> Option<TubeStats> {
+        self.advance(now);
+        self.tube_stats(name)
+    }
+
+    /// `stats` at `now`: the engine's part of the server statistics.
+    pub fn stats_at(&mut self, now: Millis) -> Stats {
+        self.advance(now);
+        self.stats()
     }
 
     /// `pause-tube <tube> <delay>`: no job is reserved from the tube for `delay` ms.
@@ -91,7 +130,8 @@ impl Engine {
             .collect()
     }
 
-    /// `stats-job <id>`.
+    /// The statistics of job `id` at the engine's clock, if it is in memory (see
+    /// [`stats_job`](Self::stats_job) for the command).
     #[must_use]
     pub fn job_stats(&self, id: JobId) -> Option<JobStats> {
         let job = self.jobs.get(&id)?;

@@ -18,8 +18,8 @@ mod window;
 mod worker;
 
 use crate::types::{
-    Change, ClientId, DurableState, Error, Event, JobId, JobRecord, JobState, JobView, Millis,
-    Reserve, TubeName, SAFETY_MARGIN_MS,
+    Change, ClientId, DurableState, Error, Event, JobId, JobRecord, JobState, JobView, Load,
+    Millis, Reserve, TubeName, SAFETY_MARGIN_MS,
 };
 
 /// How many ids one [`Change::ReserveIds`] allocates: ids are persisted in blocks so that a
@@ -164,6 +164,9 @@ pub struct Engine {
     far: u64,
     /// A window load handed out by [`Engine::window_load`] and not yet completed.
     loading: Option<window::Loading>,
+    /// A load the caller has done (or given up on): the next operation that would ask for it
+    /// runs on what is in memory instead.
+    loaded: Option<Load>,
 }
 
 impl Engine {
@@ -192,6 +195,7 @@ impl Engine {
             window_end: Millis::MAX,
             far: 0,
             loading: None,
+            loaded: None,
         };
         engine.window_end = engine.config.window_end_at(now);
         engine.tube_ref(&TubeName::default_tube());

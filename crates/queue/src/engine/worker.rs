@@ -45,7 +45,8 @@ impl Engine {
     ///
     /// # Errors
     ///
-    /// [`Error::NotFound`] if there is no such job or it is reserved.
+    /// [`Error::NotFound`] if there is no such job or it is reserved; [`Error::NeedsLoad`] if
+    /// it may be on disk only.
     pub fn reserve_job(
         &mut self,
         now: Millis,
@@ -53,6 +54,7 @@ impl Engine {
         id: JobId,
     ) -> Result<JobView, Error> {
         self.advance(now);
+        self.require_job(id)?;
         self.cmd.reserve_job += 1;
         match self.clients.get_mut(&client) {
             Some(c) => c.worker = true,
@@ -78,9 +80,11 @@ impl Engine {
     ///
     /// # Errors
     ///
-    /// [`Error::NotFound`] if there is no such job or another client holds it.
+    /// [`Error::NotFound`] if there is no such job or another client holds it;
+    /// [`Error::NeedsLoad`] if it may be on disk only.
     pub fn delete(&mut self, now: Millis, client: ClientId, id: JobId) -> Result<(), Error> {
         self.advance(now);
+        self.require_job(id)?;
         self.cmd.delete += 1;
         let job = self.jobs.get(&id).ok_or(Error::NotFound)?;
         if job.state == JobState::Reserved && job.owner != Some(client) {
@@ -187,11 +191,16 @@ impl Engine {
 
     /// `kick <bound>` on the client's used tube: up to `bound` buried jobs become ready, or,
     /// if none is buried, up to `bound` delayed jobs (earliest first). Returns how many.
-    pub fn kick(&mut self, now: Millis, client: ClientId, bound: u64) -> u64 {
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NeedsLoad`] if the tube's earliest delayed jobs may be on disk only.
+    pub fn kick(&mut self, now: Millis, client: ClientId, bound: u64) -> Result<u64, Error> {
         self.advance(now);
+        self.require_front(client, bound, true)?;
         self.cmd.kick += 1;
         let Some(tube) = self.clients.get(&client).map(|c| c.used) else {
-            return 0;
+            return Ok(0);
         };
         let mut kicked = 0;
         let from_buried = !self.tube(tube).buried.is_empty();
@@ -207,16 +216,18 @@ impl Engine {
             kicked += 1;
         }
         self.serve_deferred();
-        kicked
+        Ok(kicked)
     }
 
     /// `kick-job <id>`: a buried or delayed job becomes ready.
     ///
     /// # Errors
     ///
-    /// [`Error::NotFound`] if there is no such job or it is ready or reserved.
+    /// [`Error::NotFound`] if there is no such job or it is ready or reserved;
+    /// [`Error::NeedsLoad`] if it may be on disk only.
     pub fn kick_job(&mut self, now: Millis, id: JobId) -> Result<(), Error> {
         self.advance(now); // beanstalkd counts kick-job in no `cmd-*` counter
+        self.require_job(id)?;
         match self.jobs.get(&id).map(|j| j.state) {
             Some(JobState::Buried | JobState::Delayed) => {
                 self.kick_one(id);
