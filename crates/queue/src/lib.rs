@@ -10,7 +10,11 @@
 //!    durability;
 //! 3. send the replies owed to *other* clients, [`Engine::take_events`] (a waiting
 //!    `reserve` that got a job, timed out, or hit `DEADLINE_SOON`);
-//! 4. sleep until [`Engine::next_deadline`] or the next command, then [`Engine::advance`].
+//! 4. sleep until [`Engine::next_deadline`] or the next command, then [`Engine::advance`];
+//! 5. with a memory window ([`Config::window`]), an operation that needs jobs kept on disk
+//!    only answers [`Error::NeedsLoad`] and does nothing: read what its [`Load`] names from the
+//!    store, hand it over ([`Engine::load_job`], [`Engine::load_window`]) and run the operation
+//!    again. The engine never does I/O; the server never needs to know about the window.
 //!
 //! ```
 //! use bytes::Bytes;
@@ -50,6 +54,22 @@
 //! absolute end, so a job whose time passed while the server was down is ready at once in
 //! [`Engine::recover`]. Ids are persisted in blocks ([`Change::ReserveIds`]) and never reused.
 
+//! # Module map
+//!
+//! | file | what it holds |
+//! |------|---------------|
+//! | `types.rs` | the vocabulary: ids, [`JobState`], [`Event`], [`Reserve`], [`Change`], [`JobRecord`], [`TubeName`] |
+//! | `engine/mod.rs` | [`Engine`] and [`Config`]: construction, recovery, the clock ([`Engine::advance`], [`Engine::next_deadline`]), changes and events |
+//! | `engine/clients.rs` | connections and their tubes: `connect`, `disconnect`, `use`, `watch`, `ignore` |
+//! | `engine/producer.rs` | `put` (id blocks, far-future jobs straight to the store) |
+//! | `engine/worker.rs` | `reserve`, `reserve-job`, `delete`, `release`, `bury`, `touch`, `kick` |
+//! | `engine/inspect.rs` | `peek*`, `stats*`, `list-tubes*`, `pause-tube`, read-only queries |
+//! | `engine/state.rs` | timers firing, entering and leaving job states, serving waiting clients |
+//! | `engine/tubes.rs` | tube creation and removal, the job table |
+//! | `engine/window.rs` | the memory window: which delayed jobs stay in the store, and loading them |
+//! | `tube.rs` | one tube: its ready, delayed and buried queues, waiters, pause |
+//! | `stats.rs` | the counters behind `stats`, `stats-tube`, `stats-job` |
+
 #![forbid(unsafe_code)]
 
 mod engine;
@@ -61,5 +81,5 @@ pub use engine::{Config, Engine};
 pub use stats::{CmdCounters, JobStats, Stats, TubeStats};
 pub use types::{
     BadTubeName, Change, ClientId, DurableState, Error, Event, JobId, JobRecord, JobState, JobView,
-    Millis, Reserve, TubeName, MAX_TUBE_NAME, SAFETY_MARGIN_MS, URGENT_PRIORITY,
+    Load, Millis, Reserve, TubeName, MAX_TUBE_NAME, SAFETY_MARGIN_MS, URGENT_PRIORITY,
 };

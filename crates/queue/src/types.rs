@@ -114,7 +114,7 @@ pub struct JobRecord {
     /// The job id.
     pub id: JobId,
     /// The tube's name.
-    pub tube: String,
+    pub tube: TubeName,
     /// Priority: lower is more urgent.
     pub priority: u32,
     /// Time to run, in ms.
@@ -156,6 +156,24 @@ pub enum Change {
     },
 }
 
+/// What an operation needs from the store before it can run, answered with
+/// [`Error::NeedsLoad`]: with a memory window ([`Config::window`](crate::Config::window)) the
+/// engine keeps far-future delayed jobs on disk only. The caller reads what it names (after
+/// every change taken so far is durable), hands it to the engine, and runs the operation
+/// again; the engine does no I/O itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Load {
+    /// The job with this id may be on disk only: read it by id and pass the answer, found or
+    /// not, to [`Engine::load_job`](crate::Engine::load_job).
+    Job(JobId),
+    /// The client's used tube may have earlier delayed jobs on disk: move the window on with
+    /// [`Engine::widen_window`](crate::Engine::widen_window), read that range and complete it
+    /// with [`Engine::load_window`](crate::Engine::load_window). If that cannot make progress,
+    /// [`Engine::skip_load`](crate::Engine::skip_load) lets the next operation run on what is
+    /// in memory.
+    Widen,
+}
+
 /// Why an operation on a job or tube did nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -171,6 +189,8 @@ pub enum Error {
     JobTooBig,
     /// The id space is exhausted (2⁶⁴ jobs).
     IdsExhausted,
+    /// Nothing was done: the operation needs this read from the store first (see [`Load`]).
+    NeedsLoad(Load),
 }
 
 impl fmt::Display for Error {
@@ -181,6 +201,7 @@ impl fmt::Display for Error {
             Error::Draining => "the server is draining and accepts no new jobs",
             Error::JobTooBig => "the job body is larger than the maximum job size",
             Error::IdsExhausted => "job ids are exhausted",
+            Error::NeedsLoad(_) => "the operation needs jobs read from the store first",
         })
     }
 }

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use tickwheel_queue::{
-    Change, ClientId, Config, DurableState, Engine, Error, Event, JobState, Reserve, TubeName,
+    Change, ClientId, Config, DurableState, Engine, Error, Event, JobState, Load, Reserve, TubeName,
 };
 
 const A: ClientId = ClientId(1);
@@ -136,14 +136,14 @@ fn bury_and_kick_in_bury_order_then_delayed() {
     }
     assert_eq!(
         e.peek_state(0, A, JobState::Buried).map(|j| j.id),
-        Some(ids[2])
+        Ok(ids[2])
     );
-    assert_eq!(e.kick(0, A, 2), 2); // buried first, oldest burial first
+    assert_eq!(e.kick(0, A, 2), Ok(2)); // buried first, oldest burial first
     assert_eq!(e.job_state(ids[2]), Some(JobState::Ready));
     assert_eq!(e.job_state(ids[1]), Some(JobState::Ready));
     assert_eq!(e.job_state(ids[0]), Some(JobState::Buried));
-    assert_eq!(e.kick(0, A, 5), 1);
-    assert_eq!(e.kick(0, A, 5), 1); // nothing buried: the delayed job
+    assert_eq!(e.kick(0, A, 5), Ok(1));
+    assert_eq!(e.kick(0, A, 5), Ok(1)); // nothing buried: the delayed job
     assert_eq!(e.job_state(delayed), Some(JobState::Ready));
     assert_eq!(
         e.job_stats(ids[0]).map(|s| (s.kicks, s.buries)),
@@ -349,10 +349,53 @@ fn a_window_load_racing_a_delete_does_not_resurrect_the_job() {
     assert!((from..to).contains(&12_000));
     // The store is read for the load; meanwhile a client deletes the job by id.
     let stale_read: Vec<_> = store.values().cloned().collect();
-    assert!(e.needs_load(far));
-    e.load_job(store[&far].clone());
+    assert_eq!(
+        e.delete(5_000, A, far),
+        Err(Error::NeedsLoad(Load::Job(far)))
+    );
+    e.load_job(far, Some(store[&far].clone()));
     e.delete(5_000, A, far).expect("loaded job can be deleted");
     e.load_window(stale_read);
     assert_eq!(e.job_state(far), None, "the deleted job came back");
     assert_eq!(e.job_count(), 0);
+}
+
+/// Sans-I/O loads: an operation that needs a far job says so, does nothing (no counter moves),
+/// and runs once the caller has handed over what the store holds, found or not.
+#[test]
+fn operations_on_far_jobs_ask_for_a_load_and_then_run() {
+    let mut e = windowed(10_000);
+    let far = put(&mut e, 0, 0, 60_000, 1000, "far");
+    let store = records(&e.take_changes());
+    let asks = Err(Error::NeedsLoad(Load::Job(far)));
+    assert_eq!(e.peek(0, far).map(|j| j.id), asks);
+    assert_eq!(e.stats_job(0, far).map(|s| s.id), asks);
+    assert_eq!(e.kick_job(0, far), Err(Error::NeedsLoad(Load::Job(far))));
+    assert_eq!(
+        e.stats().cmd.peek,
+        0,
+        "a command that asked for a load is not counted"
+    );
+    // The job is in the store: loaded, then found.
+    e.load_job(far, Some(store[&far].clone()));
+    assert_eq!(e.peek(0, far).map(|j| j.id), Ok(far));
+    // The store says it holds nothing under an id: not found.
+    let other = put(&mut e, 0, 0, 60_000, 1000, "another far job");
+    let _ = e.take_changes();
+    assert_eq!(
+        e.delete(0, A, other),
+        Err(Error::NeedsLoad(Load::Job(other)))
+    );
+    e.load_job(other, None);
+    assert_eq!(e.delete(0, A, other), Err(Error::NotFound));
+    // peek-delayed and kick ask for the tube's earliest far jobs.
+    let mut e = windowed(10_000);
+    let _ = put(&mut e, 0, 0, 60_000, 1000, "far");
+    assert_eq!(
+        e.peek_state(0, A, JobState::Delayed).map(|j| j.id),
+        Err(Error::NeedsLoad(Load::Widen))
+    );
+    assert_eq!(e.kick(0, A, 1), Err(Error::NeedsLoad(Load::Widen)));
+    e.skip_load(Load::Widen);
+    assert_eq!(e.kick(0, A, 1), Ok(0), "skipped: runs on what is in memory");
 }

@@ -11,17 +11,22 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use tickwheel_proto::{yaml_list, Command, Decoder, ErrorReply, Frame, Reply};
-use tickwheel_queue::{ClientId, Error, JobState, Reserve};
+use tickwheel_queue::{ClientId, Error, JobState, Load, Reserve};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::commit::Ticket;
+use tickwheel_store::Ticket;
+
 use crate::shared::{Pending, Shared};
 use crate::stats;
 
 /// Replies held back (waiting for their commits) before they are written anyway.
 const MAX_HELD_REPLIES: usize = 64;
+
+/// Store reads one command may ask for (a far job, or the next range of far jobs each time)
+/// before it runs on what is in memory.
+const MAX_LOADS: usize = 64;
 
 /// Serves one connection until the client quits or disconnects, or the server shuts down.
 pub(crate) async fn serve<S>(
@@ -33,7 +38,7 @@ pub(crate) async fn serve<S>(
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
     let client = shared.next_client_id();
-    shared.lock().connect(client);
+    shared.apply(|engine| engine.connect(client));
     let (mut reader, mut writer) = tokio::io::split(stream);
     let mut replies = Replies {
         held: Vec::new(),
@@ -50,17 +55,14 @@ pub(crate) async fn serve<S>(
     )
     .await;
     let outcome = match outcome {
-        Ok(()) => replies.flush(&mut writer).await,
+        Ok(()) => replies.flush(&shared, &mut writer).await,
         Err(error) => Err(error),
     };
     if let Err(error) = outcome {
         tracing::debug!(client = client.0, %error, "connection closed with an error");
     }
-    {
-        let mut engine = shared.lock();
-        engine.disconnect(shared.now(), client);
-        shared.after_op(&mut engine);
-    }
+    let now = shared.now();
+    shared.apply(|engine| engine.disconnect(now, client));
 }
 
 /// Replies executed but not yet written.
@@ -75,13 +77,13 @@ impl Replies {
     }
 
     /// Waits for the commits of the held replies, in order, and writes them in one go.
-    async fn flush<W: AsyncWrite + Unpin>(&mut self, writer: &mut W) -> std::io::Result<()> {
+    async fn flush<W: AsyncWrite + Unpin>(
+        &mut self,
+        shared: &Shared,
+        writer: &mut W,
+    ) -> std::io::Result<()> {
         for (ticket, reply) in self.held.drain(..) {
-            let reply = match ticket.wait().await {
-                Ok(()) => reply,
-                Err(_) => Reply::InternalError,
-            };
-            reply.encode(&mut self.out);
+            shared.settle(&ticket, reply).await.encode(&mut self.out);
         }
         if !self.out.is_empty() {
             writer.write_all(&self.out).await?;
@@ -112,33 +114,29 @@ async fn read_commands<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 Frame::Command(command) => command,
                 Frame::Error(error) => {
                     if error == ErrorReply::ExpectedCrlf {
-                        shared.lock().count_failed_put(client);
+                        shared.apply(|engine| engine.count_failed_put(client));
                     }
                     replies.push(Ticket::done(), Reply::Error(error));
                     continue;
                 }
             };
-            if let Err(error) = prepare(shared, client, &command).await {
-                tracing::error!(%error, "cannot read jobs from the store");
-                replies.push(Ticket::done(), Reply::InternalError);
-                continue;
-            }
-            let (ticket, outcome) = execute(shared, client, command);
+            let (ticket, outcome) = execute_with_loads(shared, client, &command).await;
             match outcome {
                 Outcome::Reply(reply) => replies.push(ticket, reply),
+                Outcome::Load(_) => replies.push(ticket, Reply::InternalError),
                 Outcome::Wait(events) => {
                     // Everything before the reserve is answered before the client blocks.
-                    replies.flush(writer).await?;
+                    replies.flush(shared, writer).await?;
                     let reply =
                         wait_for_job(shared, client, events, reader, &mut buf, shutdown).await?;
                     replies.push(ticket, reply);
                 }
             }
             if replies.held.len() >= MAX_HELD_REPLIES {
-                replies.flush(writer).await?;
+                replies.flush(shared, writer).await?;
             }
         }
-        replies.flush(writer).await?;
+        replies.flush(shared, writer).await?;
         tokio::select! {
             read = reader.read_buf(&mut buf) => {
                 if read? == 0 {
@@ -150,23 +148,33 @@ async fn read_commands<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     }
 }
 
-/// Brings into memory what a command needs that may be on disk only: a far job named by id,
-/// or a tube's earliest far jobs for `peek-delayed` and `kick`.
-async fn prepare(
+/// Runs a command; when the engine answers that it needs jobs from the store first
+/// ([`Load`]), reads them and runs the command again. The server knows nothing of the engine's
+/// memory window: it only carries out the loads the engine asks for.
+async fn execute_with_loads(
     shared: &Shared,
     client: ClientId,
     command: &Command,
-) -> Result<(), tickwheel_store::StoreError> {
-    match *command {
-        Command::ReserveJob(id)
-        | Command::Delete(id)
-        | Command::KickJob(id)
-        | Command::Peek(id)
-        | Command::StatsJob(id) => shared.load_job(id).await,
-        Command::PeekDelayed => shared.load_for_tube(client, 1, false).await,
-        Command::Kick(bound) => shared.load_for_tube(client, bound, true).await,
-        _ => Ok(()),
+) -> (Ticket, Outcome) {
+    for attempt in 0.. {
+        let (ticket, outcome) = execute(shared, client, command.clone());
+        let Outcome::Load(load) = outcome else {
+            return (ticket, outcome);
+        };
+        if attempt < MAX_LOADS {
+            if let Err(error) = shared.load(load).await {
+                tracing::error!(%error, "cannot read jobs from the store");
+                return (Ticket::done(), Outcome::Reply(Reply::InternalError));
+            }
+        } else if attempt < MAX_LOADS + 4 {
+            // No progress (the load keeps being overtaken): run on what is in memory.
+            shared.apply(|engine| engine.skip_load(load));
+        } else {
+            tracing::error!(?load, "a command kept asking for the same store read");
+            return (Ticket::done(), Outcome::Reply(Reply::InternalError));
+        }
     }
+    unreachable!("the loop returns")
 }
 
 /// What a command leads to.
@@ -174,6 +182,8 @@ enum Outcome {
     Reply(Reply),
     /// The client waits in `reserve`; its answer will come on this channel.
     Wait(mpsc::Receiver<Pending>),
+    /// Nothing was done: the engine needs this read from the store first.
+    Load(Load),
 }
 
 /// Blocks the connection in `reserve` until the engine answers it, the client hangs up
@@ -205,10 +215,7 @@ async fn wait_for_job<R: AsyncRead + Unpin>(
         .unwrap_or_else(|p| p.into_inner())
         .remove(&client);
     match answer {
-        Some((ticket, reply)) => Ok(match ticket.wait().await {
-            Ok(()) => reply,
-            Err(_) => Reply::InternalError,
-        }),
+        Some((ticket, reply)) => Ok(shared.settle(&ticket, reply).await),
         None => Ok(Reply::TimedOut),
     }
 }
@@ -216,7 +223,6 @@ async fn wait_for_job<R: AsyncRead + Unpin>(
 /// Runs one command on the engine (under its lock) and returns the reply and the ticket it
 /// waits for.
 fn execute(shared: &Shared, client: ClientId, command: Command) -> (Ticket, Outcome) {
-    use Outcome::Reply as R;
     let (now, past_the_ms) = shared.clock_reading();
     // Delays from the protocol, in ms, rounded so that the deadline they make is never before
     // the true time plus the delay. (A TTR needs no rounding: the engine ends a lease strictly
@@ -225,12 +231,21 @@ fn execute(shared: &Shared, client: ClientId, command: Command) -> (Ticket, Outc
         0 => 0,
         s => u64::from(s) * 1000 + u64::from(past_the_ms),
     };
-    let mut engine = shared.lock();
-    let not_found = |r: Result<(), Error>, ok: Reply| match r {
-        Ok(()) => ok,
-        Err(_) => Reply::NotFound,
-    };
-    let outcome = match command {
+    shared.apply(|engine| run(shared, engine, client, command, now, secs))
+}
+
+/// The engine part of [`execute`], under the engine lock.
+fn run(
+    shared: &Shared,
+    engine: &mut tickwheel_queue::Engine,
+    client: ClientId,
+    command: Command,
+    now: u64,
+    secs: impl Fn(u32) -> u64,
+) -> Outcome {
+    use Outcome::Reply as R;
+    let not_found = |r: Result<(), Error>, ok: Reply| answer(r.map(|()| ok));
+    match command {
         Command::Put {
             priority,
             delay,
@@ -255,61 +270,59 @@ fn execute(shared: &Shared, client: ClientId, command: Command) -> (Ticket, Outc
             engine.use_tube(now, client, &tube);
             R(Reply::Using(tube))
         }
-        Command::Reserve => reserve(shared, &mut engine, now, client, None),
+        Command::Reserve => reserve(shared, engine, now, client, None),
         Command::ReserveWithTimeout(timeout) => {
             shared
                 .counters
                 .reserve_with_timeout
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            reserve(shared, &mut engine, now, client, timeout.map(secs))
+            reserve(shared, engine, now, client, timeout.map(secs))
         }
-        Command::ReserveJob(id) => R(match engine.reserve_job(now, client, id) {
-            Ok(job) => Reply::Reserved(job.id, job.body),
-            Err(_) => Reply::NotFound,
-        }),
-        Command::Delete(id) => R(not_found(engine.delete(now, client, id), Reply::Deleted)),
+        Command::ReserveJob(id) => answer(
+            engine
+                .reserve_job(now, client, id)
+                .map(|job| Reply::Reserved(job.id, job.body)),
+        ),
+        Command::Delete(id) => not_found(engine.delete(now, client, id), Reply::Deleted),
         Command::Release {
             id,
             priority,
             delay,
-        } => R(not_found(
+        } => not_found(
             engine.release(now, client, id, priority, secs(delay)),
             Reply::Released,
-        )),
-        Command::Bury { id, priority } => R(not_found(
-            engine.bury(now, client, id, priority),
-            Reply::Buried,
-        )),
-        Command::Touch(id) => R(not_found(engine.touch(now, client, id), Reply::Touched)),
+        ),
+        Command::Bury { id, priority } => {
+            not_found(engine.bury(now, client, id, priority), Reply::Buried)
+        }
+        Command::Touch(id) => not_found(engine.touch(now, client, id), Reply::Touched),
         Command::Watch(tube) => R(Reply::Watching(engine.watch(now, client, &tube))),
         Command::Ignore(tube) => R(match engine.ignore(now, client, &tube) {
             Ok(n) => Reply::Watching(n),
             Err(_) => Reply::NotIgnored,
         }),
-        Command::Peek(id) => R(found(engine.peek(now, id))),
-        Command::PeekReady => R(found(engine.peek_state(now, client, JobState::Ready))),
-        Command::PeekDelayed => R(found(engine.peek_state(now, client, JobState::Delayed))),
-        Command::PeekBuried => R(found(engine.peek_state(now, client, JobState::Buried))),
-        Command::Kick(bound) => R(Reply::Kicked(engine.kick(now, client, bound))),
-        Command::KickJob(id) => R(not_found(engine.kick_job(now, id), Reply::KickedJob)),
+        Command::Peek(id) => found(engine.peek(now, id)),
+        Command::PeekReady => found(engine.peek_state(now, client, JobState::Ready)),
+        Command::PeekDelayed => found(engine.peek_state(now, client, JobState::Delayed)),
+        Command::PeekBuried => found(engine.peek_state(now, client, JobState::Buried)),
+        Command::Kick(bound) => answer(engine.kick(now, client, bound).map(Reply::Kicked)),
+        Command::KickJob(id) => not_found(engine.kick_job(now, id), Reply::KickedJob),
         Command::StatsJob(id) => {
-            bump(&shared.counters.stats_job);
-            engine.advance(now);
-            R(engine
-                .job_stats(id)
-                .map_or(Reply::NotFound, |s| Reply::Ok(stats::job(&s))))
+            let outcome = answer(engine.stats_job(now, id).map(|s| Reply::Ok(stats::job(&s))));
+            if !matches!(outcome, Outcome::Load(_)) {
+                bump(&shared.counters.stats_job);
+            }
+            outcome
         }
         Command::StatsTube(tube) => {
             bump(&shared.counters.stats_tube);
-            engine.advance(now);
             R(engine
-                .tube_stats(&tube)
+                .stats_tube(now, &tube)
                 .map_or(Reply::NotFound, |s| Reply::Ok(stats::tube(&s))))
         }
         Command::Stats => {
             bump(&shared.counters.stats);
-            engine.advance(now);
-            R(Reply::Ok(stats::server(shared, &engine.stats())))
+            R(Reply::Ok(stats::server(shared, &engine.stats_at(now))))
         }
         Command::ListTubes => {
             bump(&shared.counters.list_tubes);
@@ -327,14 +340,11 @@ fn execute(shared: &Shared, client: ClientId, command: Command) -> (Ticket, Outc
             let names = engine.watched_tubes(client);
             R(Reply::Ok(yaml_list(names.iter().map(|t| t.as_str()))))
         }
-        Command::PauseTube(tube, delay) => R(not_found(
-            engine.pause_tube(now, &tube, secs(delay)),
-            Reply::Paused,
-        )),
+        Command::PauseTube(tube, delay) => {
+            not_found(engine.pause_tube(now, &tube, secs(delay)), Reply::Paused)
+        }
         Command::Quit => R(Reply::InternalError), // handled by the reader
-    };
-    let ticket = shared.after_op(&mut engine);
-    (ticket, outcome)
+    }
 }
 
 fn reserve(
@@ -361,8 +371,18 @@ fn reserve(
     }
 }
 
-fn found(job: Option<tickwheel_queue::JobView>) -> Reply {
-    job.map_or(Reply::NotFound, |j| Reply::Found(j.id, j.body))
+/// The outcome of an engine result: the reply, `NOT_FOUND` for any refusal, or the load the
+/// engine asks for.
+fn answer(r: Result<Reply, Error>) -> Outcome {
+    match r {
+        Ok(reply) => Outcome::Reply(reply),
+        Err(Error::NeedsLoad(load)) => Outcome::Load(load),
+        Err(_) => Outcome::Reply(Reply::NotFound),
+    }
+}
+
+fn found(job: Result<tickwheel_queue::JobView, Error>) -> Outcome {
+    answer(job.map(|j| Reply::Found(j.id, j.body)))
 }
 
 fn bump(counter: &std::sync::atomic::AtomicU64) {

@@ -8,7 +8,7 @@
 //!
 //! The layers: [`tickwheel_proto`] decodes commands, [`tickwheel_queue::Engine`] runs them
 //! (a deterministic state machine on a timing wheel), [`tickwheel_store`] makes them durable.
-//! This crate wires them to sockets, a clock and a commit thread.
+//! This crate wires them to sockets and a clock; commits go through the store's group commit.
 //!
 //! ```no_run
 //! use tickwheel_server::{Config, Listener, Server};
@@ -24,7 +24,6 @@
 
 #![forbid(unsafe_code)]
 
-mod commit;
 mod conn;
 mod shared;
 mod stats;
@@ -39,7 +38,6 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::commit::Committer;
 use crate::shared::Shared;
 
 /// The default memory window: ten minutes of delayed jobs in memory.
@@ -119,7 +117,7 @@ pub struct Server {
 
 impl Server {
     /// Opens the store (creating the data directory if needed), recovers every job and starts
-    /// the commit thread.
+    /// the store's committer thread.
     ///
     /// # Errors
     ///
@@ -155,13 +153,12 @@ impl Server {
             engine_config,
             now,
             recovered.next_id,
-            recovered.resident.into_iter().map(commit::from_stored),
+            recovered.resident,
             recovered.far_delayed,
         );
-        let committer =
-            Committer::start(store.clone()).context("cannot start the commit thread")?;
+        let shared = Shared::new(engine, store).context("cannot start the commit thread")?;
         Ok(Server {
-            shared: Arc::new(Shared::new(engine, committer, store)),
+            shared: Arc::new(shared),
             max_job_size: config.max_job_size,
             recovered_jobs,
         })
@@ -221,7 +218,7 @@ impl Server {
         tracker.wait().await;
         // Every connection has finished; wait for the commits they queued.
         let last = self.shared.last_ticket();
-        if let Err(error) = last.wait().await {
+        if let Err(error) = last.durable().await {
             tracing::error!(%error, "the last writes could not be made durable");
         }
     }
@@ -236,7 +233,7 @@ pub struct Handle {
 impl Handle {
     /// Puts the server in drain mode (`put` answers `DRAINING`), as beanstalkd on `SIGUSR1`.
     pub fn set_draining(&self, draining: bool) {
-        self.shared.lock().set_draining(draining);
+        self.shared.apply(|engine| engine.set_draining(draining));
     }
 }
 

@@ -587,3 +587,48 @@ async fn time_left_right_after_a_state_change_is_truncated_like_beanstalkd() {
     }
     server.shutdown().await;
 }
+
+/// Jobs due beyond the memory window (default 10 min) live in the store only; every command
+/// that names one, or looks at a tube's earliest delayed job, must find it there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn far_jobs_are_found_by_id_by_peek_delayed_and_by_kick() {
+    let (_tmp, dir) = temp_dir();
+    let server = Running::start(&dir).await;
+    let mut c = server.client().await;
+    let later = c.put(1, 7200, 60, "in two hours").await;
+    let sooner = c.put(2, 3600, 60, "in an hour").await;
+    let stats = c.yaml("stats-tube default").await;
+    assert!(
+        stats.contains(&("current-jobs-delayed".into(), "2".into())),
+        "{stats:?}"
+    );
+    // By id: peek and stats-job read it from the store.
+    let (line, body) = c.job_cmd(&format!("peek {later}")).await;
+    assert_eq!(line, format!("FOUND {later} 12"));
+    assert_eq!(body.unwrap(), b"in two hours");
+    assert_eq!(c.job_field(later, "state").await, "delayed");
+    // The tube's earliest delayed job, although `later` is the one in memory now.
+    let (line, _) = c.job_cmd("peek-delayed").await;
+    assert_eq!(line, format!("FOUND {sooner} 10"));
+    // A kick takes the earliest delayed job: `sooner`, then `later`.
+    assert_eq!(c.cmd("kick 1").await, "KICKED 1");
+    assert_eq!(c.reserve(0).await, (sooner, "in an hour".to_string()));
+    assert_eq!(c.cmd(&format!("delete {sooner}")).await, "DELETED");
+    assert_eq!(c.cmd(&format!("delete {later}")).await, "DELETED");
+    assert_eq!(c.cmd(&format!("peek {later}")).await, "NOT_FOUND");
+    // A far job deleted by id without being looked at first, and one kept across a restart.
+    let gone = c.put(0, 5000, 60, "gone").await;
+    let kept = c.put(0, 5000, 60, "kept").await;
+    assert_eq!(c.cmd(&format!("delete {gone}")).await, "DELETED");
+    assert_eq!(c.cmd(&format!("kick-job {gone}")).await, "NOT_FOUND");
+    server.shutdown().await;
+    drop(c);
+
+    let server = Running::start(&dir).await;
+    let mut c = server.client().await;
+    assert_eq!(c.cmd(&format!("peek {gone}")).await, "NOT_FOUND");
+    assert_eq!(c.job_field(kept, "state").await, "delayed");
+    assert_eq!(c.cmd(&format!("kick-job {kept}")).await, "KICKED");
+    assert_eq!(c.reserve(0).await, (kept, "kept".to_string()));
+    server.shutdown().await;
+}

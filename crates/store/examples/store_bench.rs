@@ -8,7 +8,8 @@
 //!
 //! `puts`: durable puts/s — `threads` producers, each committing one 100-byte-body delayed put
 //! (due in 1–30 days) at a time through `GroupCommit<DiskStore>` with `Durability::Sync`
-//! (acknowledged after fsync). `populate`: writes `jobs` delayed jobs due in 1–30 days, in
+//! (acknowledged after fsync), rounds alternating between the two committers: the first
+//! waiter commits (`GroupCommit::new`) and a committer thread (`GroupCommit::with_thread`). `populate`: writes `jobs` delayed jobs due in 1–30 days, in
 //! batches of 1000. `recover`: run in a fresh process, so RSS is recovery's alone: opens the
 //! store, recovers with a 1-hour window (nothing resident) and a 2-day window, commits one put
 //! (the store accepts writes), and prints times, RSS and disk use.
@@ -20,7 +21,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use tickwheel_store::{
-    DiskOptions, DiskStore, GroupCommit, JobRecord, Mutation, Store, StoredState,
+    Change, DiskOptions, DiskStore, DurableState, GroupCommit, JobRecord, Store, TubeName,
 };
 
 const DAY_MS: u64 = 86_400_000;
@@ -44,13 +45,13 @@ fn job(id: u64, rng: &mut Rng, _body: &Bytes) -> JobRecord {
         .collect();
     JobRecord {
         id,
-        tube: format!("tube-{}", id % 8),
+        tube: TubeName::new(&format!("tube-{}", id % 8)).expect("valid tube name"),
         priority: 1024,
-        ttr_ms: 60_000,
-        state: StoredState::Delayed {
-            until_ms: DAY_MS + rng.next() % (29 * DAY_MS),
+        ttr: 60_000,
+        state: DurableState::Delayed {
+            until: DAY_MS + rng.next() % (29 * DAY_MS),
         },
-        created_ms: 0,
+        created: 0,
         body: Bytes::from(body),
     }
 }
@@ -113,12 +114,16 @@ fn status(field: &str) -> String {
 
 fn puts(threads: u64, per_thread: u64, rounds: usize) {
     let body = Bytes::from(vec![b'x'; 100]);
-    let mut rates = Vec::new();
-    for round in 0..rounds {
+    let mut rates = [Vec::new(), Vec::new()];
+    for round in 0..rounds * 2 {
+        let mode = round % 2;
         let dir = tempfile::tempdir_in(".").unwrap();
-        let store = Arc::new(GroupCommit::new(
-            DiskStore::open(dir.path(), DiskOptions::default()).unwrap(),
-        ));
+        let disk = DiskStore::open(dir.path(), DiskOptions::default()).unwrap();
+        let store = Arc::new(if mode == 0 {
+            GroupCommit::new(disk)
+        } else {
+            GroupCommit::with_thread(disk).unwrap()
+        });
         // Ids come from one counter, as the engine hands them out.
         let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let start = Instant::now();
@@ -132,7 +137,7 @@ fn puts(threads: u64, per_thread: u64, rounds: usize) {
                     for _ in 0..per_thread {
                         let id = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         store
-                            .commit(&[Mutation::Put(job(id, &mut rng, &body))])
+                            .commit(&[Change::Put(job(id, &mut rng, &body))])
                             .unwrap();
                     }
                 })
@@ -145,18 +150,24 @@ fn puts(threads: u64, per_thread: u64, rounds: usize) {
         let stats = store.stats();
         let rate = (threads * per_thread) as f64 / secs;
         println!(
-            "round {round}: {} durable puts in {secs:.2} s = {rate:.0} puts/s; {} store commits (fsyncs), {:.1} puts per fsync",
+            "round {round} ({}): {} durable puts in {secs:.2} s = {rate:.0} puts/s; {} store commits (fsyncs), {:.1} puts per fsync",
+            MODES[mode],
             threads * per_thread,
             stats.store_commits,
             stats.caller_commits as f64 / stats.store_commits as f64
         );
-        rates.push(rate);
+        rates[mode].push(rate);
     }
-    println!(
-        "median: {:.0} durable puts/s ({threads} threads, 100-byte bodies)",
-        median(&mut rates)
-    );
+    for (mode, rates) in rates.iter_mut().enumerate() {
+        println!(
+            "median ({}): {:.0} durable puts/s ({threads} threads, 100-byte bodies)",
+            MODES[mode],
+            median(rates)
+        );
+    }
 }
+
+const MODES: [&str; 2] = ["first waiter commits", "committer thread"];
 
 fn populate(dir: &Path, jobs: u64) {
     let body = Bytes::from(vec![b'x'; 100]);
@@ -170,8 +181,8 @@ fn populate(dir: &Path, jobs: u64) {
             .map(|i| {
                 let j = job(i, &mut rng, &body);
                 // Locator in `jobs` (8 + 9), record under its `due` key (16 + 31 + tube + body).
-                live_bytes += 8 + 9 + 16 + 31 + j.tube.len() as u64 + 100;
-                Mutation::Put(j)
+                live_bytes += 8 + 9 + 16 + 31 + j.tube.as_str().len() as u64 + 100;
+                Change::Put(j)
             })
             .collect();
         id += batch.len() as u64;
@@ -199,7 +210,7 @@ fn recover(dir: &Path) {
     let t_recover = t0.elapsed();
     let body = Bytes::from(vec![b'x'; 100]);
     store
-        .commit(&[Mutation::Put(job(r.next_id, &mut Rng(1), &body))])
+        .commit(&[Change::Put(job(r.next_id, &mut Rng(1), &body))])
         .unwrap();
     let t_write = t0.elapsed();
     let far: u64 = r.far_delayed.iter().map(|(_, n)| n).sum();

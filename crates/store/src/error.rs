@@ -89,8 +89,9 @@ pub enum StoreError {
         /// The holder's pid, as it wrote it in the lock file (`None` if not written yet).
         pid: Option<u32>,
     },
-    /// The [`GroupCommit`](crate::GroupCommit) committer thread is gone (it was shut down or panicked).
-    #[error("the group committer has stopped; the commit was not applied")]
+    /// A [`GroupCommit`](crate::GroupCommit) commit panicked inside the store; the commit may or
+    /// may not have been applied, and the group refuses further writes.
+    #[error("the store panicked during a group commit; the commit may not have been applied")]
     Closed,
 }
 
@@ -113,6 +114,7 @@ impl StoreError {
 
     /// True for errors after which the store must not accept writes ([`StoreError::Poisoned`]
     /// is returned from then on).
+    #[cfg(test)]
     pub(crate) fn poisons(&self) -> bool {
         matches!(
             self,

@@ -10,7 +10,9 @@
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use crate::{JobId, JobRecord, Mutation, Recovered, Store, StoreError};
+use tickwheel_queue::{Change, JobId, JobRecord};
+
+use crate::{Recovered, Store, StoreError};
 
 /// The kind of failure a [`FaultyStore`] injects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,10 +31,10 @@ pub enum Fault {
 /// # Examples
 ///
 /// ```
-/// use tickwheel_store::{Fault, FaultyStore, MemStore, Mutation, Store, StoreError};
+/// use tickwheel_store::{Change, Fault, FaultyStore, MemStore, Store, StoreError};
 ///
 /// let store = FaultyStore::new(MemStore::new(), Fault::Fsync, 1);
-/// let del = [Mutation::Delete { id: 1 }];
+/// let del = [Change::Delete { id: 1 }];
 /// assert!(store.commit(&del).is_ok());
 /// assert!(matches!(store.commit(&del), Err(StoreError::Io { .. })));
 /// assert!(matches!(store.commit(&del), Err(StoreError::Poisoned { .. })));
@@ -107,13 +109,9 @@ impl<S: Store> FaultyStore<S> {
 }
 
 impl<S: Store> Store for FaultyStore<S> {
-    fn commit(&self, batch: &[Mutation]) -> Result<(), StoreError> {
+    fn commit(&self, batch: &[Change]) -> Result<(), StoreError> {
         crate::validate(batch)?;
         self.gate(|| self.inner.commit(batch))
-    }
-
-    fn reserve_ids(&self, end: JobId) -> Result<(), StoreError> {
-        self.gate(|| self.inner.reserve_ids(end))
     }
 
     fn recover(&self, window_end_ms: u64) -> Result<Recovered, StoreError> {

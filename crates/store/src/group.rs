@@ -1,27 +1,38 @@
-//! [`GroupCommit`]: many committing threads, one store commit (one fsync) per group.
+//! [`GroupCommit`]: one store commit (one fsync) for every batch submitted while the previous
+//! commit ran, by a committer thread ([`GroupCommit::with_thread`], what the server uses) or
+//! by the first caller that waits ([`GroupCommit::new`]).
 //!
 //! # Ground rules
 //!
-//! Callers append their mutations to `Queue::pending` and take a clone of the current
-//! `Queue::group` (an [`Arc<Group>`]) under the queue lock; the committer thread swaps both out
-//! under the same lock, commits outside it, then publishes one result to the group and wakes
-//! it. So every mutation appended to a group's `pending` is in exactly the store commit whose
-//! result that group receives, and a caller returns only after its group's commit returned.
-//! Each caller's batch is contiguous in the merged batch, and merged batches are applied in
-//! arrival order, so the result equals applying the callers' batches one after another.
+//! - A batch is appended to `State::pending` under the state lock and gets the next sequence
+//!   number; batches are applied in sequence order, so a caller that submits in its own order
+//!   (the server submits under its engine lock) gets that order on disk.
+//! - At most one committer at a time (`State::leading`). It takes all of `pending` under the
+//!   lock, commits it outside the lock, then, under the lock again, raises `durable` to the
+//!   last sequence number it took (or records the failure and poisons) and wakes every
+//!   waiter. So a [`Ticket`] with `seq <= durable` is durable, and a waiter never returns
+//!   `Ok` for a batch that was not in a successful commit.
+//! - Without a committer thread (or after it stopped), a waiter whose batch is not durable
+//!   and that finds no commit running commits the group itself, on its own thread.
+//! - After a failed commit the group is poisoned: every batch not yet durable, and every later
+//!   one, fails (the failing group with the store's error, later ones with
+//!   [`StoreError::Poisoned`]); nothing is written again.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
-use std::time::Duration;
+use std::task::{Context, Poll, Waker};
+
+use tickwheel_queue::{Change, JobId, JobRecord};
 
 use crate::record::validate;
-use crate::{JobId, JobRecord, Mutation, Recovered, Store, StoreError};
+use crate::{Recovered, Store, StoreError};
 
 /// Counters of a [`GroupCommit`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GroupStats {
-    /// `commit` calls with a non-empty batch.
+    /// Batches submitted (non-empty ones; `commit` calls count one each).
     pub caller_commits: u64,
     /// Commits of the underlying store (each one fsync with [`Durability::Sync`](crate::Durability::Sync)).
     pub store_commits: u64,
@@ -31,26 +42,30 @@ pub struct GroupStats {
 
 /// Merges concurrent commits into one commit of the inner store.
 ///
-/// A committer thread takes every batch waiting, commits their concatenation to the inner
-/// store (one fsync), and wakes all their callers with the result. While it commits, the next
-/// group forms, so under load each fsync covers many callers.
+/// [`submit`](GroupCommit::submit) queues a batch and returns a [`Ticket`] at once;
+/// [`Ticket::wait`] (blocking) or [`Ticket::durable`] (a future, for async servers) returns
+/// once the batch is durable. Everything queued while a commit runs goes into the next one
+/// (one fsync). Who commits: the committer thread of [`with_thread`](GroupCommit::with_thread),
+/// or with [`new`](GroupCommit::new) the first waiter that finds no commit running.
+/// [`Store::commit`] is `submit` then `wait`.
 ///
-/// After a failed store commit every caller of that group gets the error, and every later
+/// After a failed store commit every waiter of that group gets the error, and every later
 /// commit gets [`StoreError::Poisoned`] without touching the store.
 ///
-/// Dropping the `GroupCommit` commits what is still pending, then stops the thread.
+/// Dropping the `GroupCommit` commits what is still queued (tickets keep it alive, so this
+/// only happens once no ticket is left).
 ///
 /// # Examples
 ///
 /// ```
 /// use std::sync::Arc;
-/// use tickwheel_store::{GroupCommit, MemStore, Mutation, Store};
+/// use tickwheel_store::{Change, GroupCommit, MemStore, Store};
 ///
 /// let store = Arc::new(GroupCommit::new(MemStore::new()));
 /// let threads: Vec<_> = (0..4u64)
 ///     .map(|t| {
 ///         let store = Arc::clone(&store);
-///         std::thread::spawn(move || store.commit(&[Mutation::Delete { id: t }]))
+///         std::thread::spawn(move || store.commit(&[Change::Delete { id: t }]))
 ///     })
 ///     .collect();
 /// for t in threads {
@@ -58,73 +73,98 @@ pub struct GroupStats {
 /// }
 /// assert_eq!(store.stats().caller_commits, 4);
 /// assert!(store.stats().store_commits <= 4);
+///
+/// // Submit now, wait later (or `.await` `ticket.durable()` in async code).
+/// let ticket = store.submit(vec![Change::Delete { id: 9 }])?;
+/// ticket.wait()?;
+/// # Ok::<(), tickwheel_store::StoreError>(())
 /// ```
 pub struct GroupCommit<S: Store + 'static> {
     shared: Arc<Shared<S>>,
-    committer: Option<JoinHandle<()>>,
+    /// The committer thread of [`GroupCommit::with_thread`].
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
-struct Shared<S> {
-    store: S,
-    queue: Mutex<Queue>,
-    /// Signalled when work arrives or on shutdown.
+struct Shared<S: ?Sized> {
+    state: Mutex<State>,
+    /// Signalled (with the wakers) whenever `durable` or `poison` changes.
+    changed: Condvar,
+    /// Wakes the committer thread, if there is one, when work arrives or at shutdown.
     work: Condvar,
     caller_commits: AtomicU64,
     store_commits: AtomicU64,
     mutations: AtomicU64,
-}
-
-struct Queue {
-    pending: Vec<Mutation>,
-    group: Arc<Group>,
-    shutdown: bool,
-    /// The committer is blocked on `work` (so an arriving batch must wake it).
-    idle: bool,
-    poison: Option<StoreError>,
+    store: S,
 }
 
 #[derive(Default)]
-struct Group {
-    result: Mutex<Option<Result<(), StoreError>>>,
-    done: Condvar,
+struct State {
+    /// Changes of the batches `durable + 1 ..= submitted` not yet taken by a committer.
+    pending: Vec<Change>,
+    /// Sequence number of the last batch submitted.
+    submitted: u64,
+    /// Every batch with a sequence number up to this one is durable.
+    durable: u64,
+    /// A caller is committing.
+    leading: bool,
+    /// A committer thread commits every group; callers only wait.
+    thread: bool,
+    /// The committer thread waits for work (so a submit must wake it).
+    idle: bool,
+    /// The committer thread must stop once nothing is pending.
+    shutdown: bool,
+    /// Batches up to this one were in the commit that failed, and get its error.
+    failed_upto: u64,
+    /// The error of the commit that failed.
+    failure: Option<StoreError>,
+    /// Set after a failed commit: the answer for every later batch.
+    poison: Option<StoreError>,
+    /// Async waiters to wake when `durable` or `poison` changes.
+    /// With the sequence number each waits for: a commit wakes only the waiters it settles.
+    wakers: Vec<(u64, Waker)>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // The committer never panics while holding these locks (the store call is outside them),
-    // and callers only push to vectors; a poisoned lock still holds consistent data.
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    // Nobody panics while holding the state lock (the store call is outside it); a poisoned
+    // lock still holds consistent data.
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl<S: Store + 'static> GroupCommit<S> {
-    /// Wraps `store` and starts the committer thread.
-    ///
-    /// # Panics
-    ///
-    /// If the OS refuses to start a thread.
+    /// Wraps `store`. No thread is started: each group is committed by the first caller that
+    /// waits for it, on its own thread.
     pub fn new(store: S) -> GroupCommit<S> {
-        let shared = Arc::new(Shared {
-            store,
-            queue: Mutex::new(Queue {
-                pending: Vec::new(),
-                group: Arc::default(),
-                shutdown: false,
-                idle: false,
-                poison: None,
-            }),
-            work: Condvar::new(),
-            caller_commits: AtomicU64::new(0),
-            store_commits: AtomicU64::new(0),
-            mutations: AtomicU64::new(0),
-        });
-        let s = Arc::clone(&shared);
-        let committer = std::thread::Builder::new()
-            .name("tickwheel-group-commit".into())
-            .spawn(move || committer(&s))
-            .expect("spawning the group commit thread");
         GroupCommit {
-            shared,
-            committer: Some(committer),
+            shared: Arc::new(Shared {
+                state: Mutex::new(State::default()),
+                changed: Condvar::new(),
+                work: Condvar::new(),
+                caller_commits: AtomicU64::new(0),
+                store_commits: AtomicU64::new(0),
+                mutations: AtomicU64::new(0),
+                store,
+            }),
+            thread: None,
         }
+    }
+
+    /// Wraps `store` with one committer thread that commits every group; waiters never commit
+    /// themselves (while the thread runs). Same guarantees as [`GroupCommit::new`]; the
+    /// difference is which thread calls the store, see `docs/decisions/0005-one-committer.md`.
+    ///
+    /// # Errors
+    ///
+    /// The OS refused to start a thread.
+    pub fn with_thread(store: S) -> std::io::Result<GroupCommit<S>> {
+        let mut group = GroupCommit::new(store);
+        lock(&group.shared.state).thread = true;
+        let shared = Arc::clone(&group.shared);
+        let handle = std::thread::Builder::new()
+            .name("tickwheel-commit".into())
+            .spawn(move || shared.committer())
+            .inspect_err(|_| lock(&group.shared.state).thread = false)?;
+        group.thread = Some(handle);
+        Ok(group)
     }
 
     /// The wrapped store.
@@ -140,97 +180,273 @@ impl<S: Store + 'static> GroupCommit<S> {
             mutations: self.shared.mutations.load(Ordering::Relaxed),
         }
     }
+
+    /// Queues `batch` after every batch submitted before, and returns its ticket without
+    /// waiting. An empty batch returns the ticket of the last batch submitted: it resolves
+    /// once everything submitted so far is durable.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::TooLarge`] for an invalid batch (nothing is queued, and other callers'
+    /// batches are unaffected).
+    pub fn submit(&self, batch: Vec<Change>) -> Result<Ticket, StoreError> {
+        // Refuse a bad batch here, so it cannot fail the merged commit of other callers.
+        validate(&batch)?;
+        let mut st = lock(&self.shared.state);
+        if !batch.is_empty() {
+            st.submitted += 1;
+            st.pending.extend(batch);
+            self.shared.caller_commits.fetch_add(1, Ordering::Relaxed);
+            if std::mem::take(&mut st.idle) {
+                self.shared.work.notify_one();
+            }
+        }
+        Ok(Ticket {
+            seq: st.submitted,
+            shared: Some(self.shared.clone()),
+            failed: None,
+        })
+    }
+
+    /// The ticket of the last batch submitted: resolves once everything submitted so far is
+    /// durable.
+    pub fn last_ticket(&self) -> Ticket {
+        Ticket {
+            seq: lock(&self.shared.state).submitted,
+            shared: Some(self.shared.clone()),
+            failed: None,
+        }
+    }
 }
 
-fn committer<S: Store>(s: &Shared<S>) {
-    loop {
-        let (batch, group) = {
-            let mut q = lock(&s.queue);
-            while q.pending.is_empty() && !q.shutdown {
-                q.idle = true;
-                q = s.work.wait(q).unwrap_or_else(|e| e.into_inner());
-                q.idle = false;
-            }
-            if q.pending.is_empty() {
-                return; // shutdown with nothing left
-            }
-            let batch = std::mem::take(&mut q.pending);
-            let group = std::mem::take(&mut q.group);
-            (batch, group)
-        };
-        let result = s.store.commit(&batch);
-        s.store_commits.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = &result {
-            if e.poisons() {
-                let mut q = lock(&s.queue);
-                q.poison.get_or_insert_with(|| e.clone().into_poisoned());
-            }
+impl<S: Store + ?Sized> Shared<S> {
+    /// `Some(outcome)` if batch `seq` is settled.
+    fn settled(st: &State, seq: u64) -> Option<Result<(), StoreError>> {
+        if seq <= st.durable {
+            Some(Ok(()))
+        } else if seq <= st.failed_upto {
+            st.failure.clone().map(Err)
         } else {
-            s.mutations.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            st.poison.clone().map(Err)
         }
-        *lock(&group.result) = Some(result);
-        group.done.notify_all();
+    }
+
+    /// Called with the lock held, not leading and `seq` unsettled: commits everything pending
+    /// as the leader and returns the lock again.
+    fn lead<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        st.leading = true;
+        let batch = std::mem::take(&mut st.pending);
+        let upto = st.submitted;
+        drop(st);
+        let result = self.commit_group(&batch);
+        let mut st = lock(&self.state);
+        st.leading = false;
+        match result {
+            Ok(()) => {
+                st.durable = upto;
+                self.mutations
+                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                // Any failure poisons the group, even one the store itself survives (batches
+                // are validated at `submit`, so that should not happen): `durable` must stay
+                // a prefix of the sequence numbers.
+                st.poison = Some(e.clone().into_poisoned());
+                st.failed_upto = upto;
+                st.failure = Some(e);
+            }
+        }
+        // With a committer thread, wake the settled waiters only: the others (batches of the
+        // next group) keep waiting for the thread. Without one, wake all, so one of them leads.
+        let wakers: Vec<(u64, Waker)> = if st.poison.is_some() || !st.thread {
+            std::mem::take(&mut st.wakers)
+        } else {
+            let durable = st.durable;
+            let (settled, waiting) = std::mem::take(&mut st.wakers)
+                .into_iter()
+                .partition(|(seq, _)| *seq <= durable);
+            st.wakers = waiting;
+            settled
+        };
+        self.changed.notify_all();
+        // Woken outside the lock: hundreds of waiters must not hold up the next submit (which
+        // the server makes under its engine lock).
+        drop(st);
+        for (_, w) in wakers {
+            w.wake();
+        }
+        lock(&self.state)
+    }
+
+    fn commit_group(&self, batch: &[Change]) -> Result<(), StoreError> {
+        // A panicking store must not leave `leading` set forever (every waiter would hang).
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.store.commit(batch)))
+            .unwrap_or(Err(StoreError::Closed))
+            .inspect(|()| {
+                self.store_commits.fetch_add(1, Ordering::Relaxed);
+            })
+    }
+
+    /// The committer thread of [`GroupCommit::with_thread`]: commits each group as it forms,
+    /// until shutdown with nothing pending.
+    fn committer(&self) {
+        let mut st = lock(&self.state);
+        loop {
+            let pending = st.submitted > st.durable && st.poison.is_none();
+            if pending && !st.leading {
+                st = self.lead(st);
+            } else if !pending && st.shutdown {
+                st.thread = false;
+                return;
+            } else {
+                st.idle = true;
+                st = self.work.wait(st).unwrap_or_else(|e| e.into_inner());
+                st.idle = false;
+            }
+        }
+    }
+
+    fn wait(&self, seq: u64) -> Result<(), StoreError> {
+        let mut st = lock(&self.state);
+        loop {
+            if let Some(outcome) = Self::settled(&st, seq) {
+                return outcome;
+            }
+            st = if st.leading || st.thread {
+                self.changed.wait(st).unwrap_or_else(|e| e.into_inner())
+            } else {
+                self.lead(st)
+            };
+        }
+    }
+
+    fn poll_durable(&self, seq: u64, cx: &mut Context<'_>) -> Poll<Result<(), StoreError>> {
+        let mut st = lock(&self.state);
+        loop {
+            if let Some(outcome) = Self::settled(&st, seq) {
+                return Poll::Ready(outcome);
+            }
+            if st.leading || st.thread {
+                // No de-duplication (that is quadratic in the waiters): a future is polled
+                // again only when woken, and a spare wake-up is harmless.
+                st.wakers.push((seq, cx.waker().clone()));
+                return Poll::Pending;
+            }
+            st = self.lead(st);
+        }
     }
 }
 
 impl<S: Store + 'static> Drop for GroupCommit<S> {
     fn drop(&mut self) {
-        lock(&self.shared.queue).shutdown = true;
-        self.shared.work.notify_all();
-        if let Some(h) = self.committer.take() {
-            // A panic of the committer already failed its callers with `Closed`.
-            let _ = h.join();
+        if let Some(handle) = self.thread.take() {
+            // The thread commits what is pending, then stops; later waiters lead themselves.
+            lock(&self.shared.state).shutdown = true;
+            self.shared.work.notify_all();
+            let _ = handle.join();
+            lock(&self.shared.state).thread = false;
+        }
+        // Tickets hold the shared state, so this is the last handle only if none is left.
+        if Arc::strong_count(&self.shared) == 1 {
+            let seq = lock(&self.shared.state).submitted;
+            // Best effort: an error has no caller left to report to.
+            let _ = self.shared.wait(seq);
+        }
+    }
+}
+
+/// Resolves once its batch, and every batch submitted before it, is durable; see
+/// [`GroupCommit::submit`]. Waiting may make this caller the one that commits (and fsyncs)
+/// the group.
+#[derive(Clone)]
+pub struct Ticket {
+    seq: u64,
+    shared: Option<Arc<Shared<dyn Store>>>,
+    /// Set for a ticket that failed before it was queued.
+    failed: Option<StoreError>,
+}
+
+impl std::fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ticket").field("seq", &self.seq).finish()
+    }
+}
+
+impl Ticket {
+    /// A ticket for nothing: already resolved.
+    pub fn done() -> Ticket {
+        Ticket {
+            seq: 0,
+            shared: None,
+            failed: None,
+        }
+    }
+
+    /// A ticket that resolves at once to `error` (for a batch refused before it was queued).
+    pub fn failed(error: StoreError) -> Ticket {
+        Ticket {
+            seq: 0,
+            shared: None,
+            failed: Some(error),
+        }
+    }
+
+    /// Blocks until the batch is durable, committing the group on this thread if no other
+    /// caller is.
+    ///
+    /// # Errors
+    ///
+    /// The error of the commit that covered the batch, or [`StoreError::Poisoned`] if an
+    /// earlier commit failed.
+    pub fn wait(&self) -> Result<(), StoreError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        match &self.shared {
+            None => Ok(()),
+            Some(s) => s.wait(self.seq),
+        }
+    }
+
+    /// As [`wait`](Ticket::wait), as a future: pending while another caller commits; if none
+    /// does, the poll commits the group itself (blocking that poll for one store commit,
+    /// typically one fsync).
+    ///
+    /// # Cancellation safety
+    ///
+    /// Dropping the future abandons nothing: the batch stays queued and is committed by the
+    /// next waiter (or when the [`GroupCommit`] is dropped).
+    pub fn durable(&self) -> Durable<'_> {
+        Durable { ticket: self }
+    }
+}
+
+/// The future of [`Ticket::durable`].
+#[must_use = "futures do nothing unless polled"]
+pub struct Durable<'a> {
+    ticket: &'a Ticket,
+}
+
+impl Future for Durable<'_> {
+    type Output = Result<(), StoreError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Some(e) = &self.ticket.failed {
+            return Poll::Ready(Err(e.clone()));
+        }
+        match &self.ticket.shared {
+            None => Poll::Ready(Ok(())),
+            Some(s) => s.poll_durable(self.ticket.seq, cx),
         }
     }
 }
 
 impl<S: Store + 'static> Store for GroupCommit<S> {
-    fn commit(&self, batch: &[Mutation]) -> Result<(), StoreError> {
-        // Refuse a bad batch here, so it cannot fail the merged commit of other callers.
-        validate(batch)?;
+    fn commit(&self, batch: &[Change]) -> Result<(), StoreError> {
         if batch.is_empty() {
             return Ok(());
         }
-        let (group, wake) = {
-            let mut q = lock(&self.shared.queue);
-            if let Some(p) = &q.poison {
-                return Err(p.clone());
-            }
-            if q.shutdown {
-                return Err(StoreError::Closed);
-            }
-            q.pending.extend_from_slice(batch);
-            // Wake the committer only if it sleeps; while it commits, it takes this batch
-            // next without a wake-up (saves a syscall per caller under load).
-            let wake = std::mem::take(&mut q.idle);
-            (Arc::clone(&q.group), wake)
-        };
-        self.shared.caller_commits.fetch_add(1, Ordering::Relaxed);
-        if wake {
-            self.shared.work.notify_one();
-        }
-        let mut r = lock(&group.result);
-        loop {
-            if let Some(result) = r.as_ref() {
-                return result.clone();
-            }
-            if self.committer.as_ref().is_none_or(JoinHandle::is_finished) {
-                return Err(StoreError::Closed);
-            }
-            // Timed, so a caller notices a committer that died without publishing a result.
-            r = group
-                .done
-                .wait_timeout(r, Duration::from_millis(100))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-    }
-
-    fn reserve_ids(&self, end: JobId) -> Result<(), StoreError> {
-        if let Some(p) = &lock(&self.shared.queue).poison {
-            return Err(p.clone());
-        }
-        self.shared.store.reserve_ids(end)
+        self.submit(batch.to_vec())?.wait()
     }
 
     fn recover(&self, window_end_ms: u64) -> Result<Recovered, StoreError> {

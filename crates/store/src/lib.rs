@@ -1,15 +1,18 @@
 //! Durable storage for tickwheel delayed jobs.
 //!
-//! The job engine (`tickwheel-queue`) keeps beanstalkd job semantics in memory and emits a
-//! [`Mutation`] for every state change a client is told about; the server commits those through
-//! a [`Store`] and answers the client only after [`Store::commit`] returns. This crate provides:
+//! The job engine (`tickwheel-queue`) keeps beanstalkd job semantics in memory and records a
+//! [`Change`] for every state change a client is told about; the server commits those through
+//! a [`Store`] and answers the client only once the commit is durable. The store speaks the
+//! engine's vocabulary: it stores [`Change`]s and recovers [`JobRecord`]s, so nothing is
+//! translated between the layers. This crate provides:
 //!
 //! - [`DiskStore`]: the embedded on-disk store, on the fjall LSM engine (one journal append and
 //!   one fsync per commit; see `docs/decisions/0002-storage-engine.md` and
 //!   `docs/storage-format.md`).
-//! - [`MemStore`]: the same semantics in memory (`--in-memory`, tests).
-//! - [`GroupCommit`]: many threads commit concurrently; one committer thread merges every batch
-//!   waiting into one store commit with one fsync and wakes them all.
+//! - [`MemStore`]: the same semantics in memory (tests; an in-memory server).
+//! - [`GroupCommit`]: many callers commit concurrently; every batch queued while a commit runs
+//!   goes into the next store commit (one fsync). [`GroupCommit::submit`] returns a [`Ticket`]
+//!   to wait on, blocking or as a future; see `docs/decisions/0005-one-committer.md`.
 //! - [`FaultyStore`]: a wrapper failing writes or fsyncs after a countdown, for tests.
 //!
 //! Far-future delayed jobs stay on disk: [`Store::recover`] loads ready and buried jobs and the
@@ -20,29 +23,31 @@
 //!
 //! ```
 //! use bytes::Bytes;
-//! use tickwheel_store::{DiskOptions, DiskStore, GroupCommit, JobRecord, Mutation, Store, StoredState};
+//! use tickwheel_queue::{Change, DurableState, JobRecord, TubeName};
+//! use tickwheel_store::{DiskOptions, DiskStore, GroupCommit, Store};
 //!
-//! # fn main() -> Result<(), tickwheel_store::StoreError> {
-//! let dir = tempfile::tempdir().expect("temp dir");
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
 //! let store = GroupCommit::new(DiskStore::open(dir.path(), DiskOptions::default())?);
-//! store.reserve_ids(1000)?;
+//! let emails = TubeName::new("emails")?;
 //! let job = JobRecord {
 //!     id: 1,
-//!     tube: "emails".into(),
+//!     tube: emails.clone(),
 //!     priority: 1024,
-//!     ttr_ms: 60_000,
-//!     state: StoredState::Delayed { until_ms: 86_400_000 },
-//!     created_ms: 0,
+//!     ttr: 60_000,
+//!     state: DurableState::Delayed { until: 86_400_000 },
+//!     created: 0,
 //!     body: Bytes::from_static(b"send the report"),
 //! };
-//! store.commit(&[Mutation::Put(job.clone())])?; // durable (fsynced) once this returns
+//! // Durable (fsynced) once this returns: the id block and the job, in one atomic batch.
+//! store.commit(&[Change::ReserveIds { end: 1000 }, Change::Put(job.clone())])?;
 //! drop(store);
 //!
 //! let store = DiskStore::open(dir.path(), DiskOptions::default())?;
 //! let recovered = store.recover(3_600_000)?; // load what is due within the first hour
 //! assert_eq!(recovered.next_id, 1000);
 //! assert!(recovered.resident.is_empty());
-//! assert_eq!(recovered.far_delayed, vec![("emails".to_string(), 1)]);
+//! assert_eq!(recovered.far_delayed, vec![(emails, 1)]);
 //! assert_eq!(store.delayed_between(0, u64::MAX, 10)?, vec![job]);
 //! # Ok(())
 //! # }
@@ -61,13 +66,11 @@ mod record;
 pub use disk::{DiskOptions, DiskStore, FORMAT_VERSION};
 pub use error::StoreError;
 pub use fault::{Fault, FaultyStore};
-pub use group::{GroupCommit, GroupStats};
+pub use group::{Durable, GroupCommit, GroupStats, Ticket};
 pub use lock::LOCK_FILE;
 pub use mem::MemStore;
-pub use record::{
-    validate, JobId, JobRecord, Mutation, Recovered, StoredState, MAX_BODY_LEN, MAX_TUBE_LEN,
-    RECORD_LAYOUT,
-};
+pub use record::{validate, Recovered, MAX_BODY_LEN, RECORD_LAYOUT};
+pub use tickwheel_queue::{Change, DurableState, JobId, JobRecord, TubeName};
 
 /// How durable a commit is when [`Store::commit`] returns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -93,23 +96,25 @@ pub trait Store: Send + Sync {
     /// is as durable as the store's [`Durability`] says.
     ///
     /// `Put` of an existing id replaces the job; `Update` and `Delete` of a missing id are
-    /// no-ops. A put also raises the id high-water mark past its id.
+    /// no-ops. A put raises the id high-water mark past its id, `ReserveIds { end }` to `end`
+    /// (never lowering it).
     ///
     /// # Errors
     ///
     /// [`StoreError::TooLarge`] (nothing applied, the store stays usable); I/O failures
     /// ([`StoreError::Io`], [`StoreError::DiskFull`], [`StoreError::Engine`]), after which the
     /// store is poisoned and every later commit returns [`StoreError::Poisoned`].
-    fn commit(&self, batch: &[Mutation]) -> Result<(), StoreError>;
+    fn commit(&self, batch: &[Change]) -> Result<(), StoreError>;
 
     /// Reserves job ids up to (exclusive) `end` durably, so [`Recovered::next_id`] after a
-    /// restart is `>= end`. Called rarely (the engine allocates ids in blocks). Never lowers
-    /// the mark.
+    /// restart is `>= end`: a commit of `[Change::ReserveIds { end }]`. Never lowers the mark.
     ///
     /// # Errors
     ///
     /// As [`Store::commit`].
-    fn reserve_ids(&self, end: JobId) -> Result<(), StoreError>;
+    fn reserve_ids(&self, end: JobId) -> Result<(), StoreError> {
+        self.commit(&[Change::ReserveIds { end }])
+    }
 
     /// The state to start the engine from: see [`Recovered`].
     ///
@@ -140,11 +145,8 @@ pub trait Store: Send + Sync {
 }
 
 impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
-    fn commit(&self, batch: &[Mutation]) -> Result<(), StoreError> {
+    fn commit(&self, batch: &[Change]) -> Result<(), StoreError> {
         (**self).commit(batch)
-    }
-    fn reserve_ids(&self, end: JobId) -> Result<(), StoreError> {
-        (**self).reserve_ids(end)
     }
     fn recover(&self, window_end_ms: u64) -> Result<Recovered, StoreError> {
         (**self).recover(window_end_ms)

@@ -4,8 +4,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::plan::plan;
-use crate::record::validate;
-use crate::{JobId, JobRecord, Mutation, Recovered, Store, StoreError, StoredState};
+use tickwheel_queue::{Change, DurableState, JobId, JobRecord, TubeName};
+
+use crate::record::{until, validate};
+use crate::{Recovered, Store, StoreError};
 
 /// An in-memory [`Store`]: nothing survives the process, commits never fail for I/O.
 ///
@@ -57,17 +59,17 @@ impl MemStore {
 }
 
 impl Store for MemStore {
-    fn commit(&self, batch: &[Mutation]) -> Result<(), StoreError> {
+    fn commit(&self, batch: &[Change]) -> Result<(), StoreError> {
         validate(batch)?;
         let mut s = self.lock();
         let p = plan(batch, |id| Ok(s.jobs.get(&id).cloned()))?;
         for (id, c) in p.changes {
-            if let Some(u) = c.old.as_ref().and_then(JobRecord::until_ms) {
+            if let Some(u) = c.old.as_ref().and_then(until) {
                 s.due.remove(&(u, id));
             }
             match c.new {
                 Some(r) => {
-                    if let Some(u) = r.until_ms() {
+                    if let Some(u) = until(&r) {
                         s.due.insert((u, id));
                     }
                     s.jobs.insert(id, r);
@@ -83,21 +85,17 @@ impl Store for MemStore {
         Ok(())
     }
 
-    fn reserve_ids(&self, end: JobId) -> Result<(), StoreError> {
-        let mut s = self.lock();
-        s.next_id = s.next_id.max(end);
-        Ok(())
-    }
-
     fn recover(&self, window_end_ms: u64) -> Result<Recovered, StoreError> {
         let s = self.lock();
         let resident = s
             .jobs
             .values()
-            .filter(|r| !matches!(r.state, StoredState::Delayed { until_ms } if until_ms >= window_end_ms))
+            .filter(
+                |r| !matches!(r.state, DurableState::Delayed { until } if until >= window_end_ms),
+            )
             .cloned()
             .collect();
-        let mut far: BTreeMap<String, u64> = BTreeMap::new();
+        let mut far: BTreeMap<TubeName, u64> = BTreeMap::new();
         for (_, id) in s.due.range((window_end_ms, 0)..) {
             let tube = &s.jobs.get(id).expect("due index entries have a job").tube;
             *far.entry(tube.clone()).or_default() += 1;

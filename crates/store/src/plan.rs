@@ -1,4 +1,4 @@
-//! Turning a batch of [`Mutation`]s into per-job before/after pairs, shared by the stores.
+//! Turning a batch of [`Change`]s into per-job before/after pairs, shared by the stores.
 //!
 //! A batch may touch one job several times (put, then update, then delete); what is written is
 //! the job's final state, and the indexes change by the difference between its state before
@@ -6,11 +6,14 @@
 
 use std::collections::BTreeMap;
 
-use crate::{JobId, JobRecord, Mutation, StoreError};
+use tickwheel_queue::{Change, JobId, JobRecord};
+
+use crate::record::ids_reserved;
+use crate::StoreError;
 
 /// A job's state before and after a batch (`None`: absent).
 #[derive(Debug)]
-pub(crate) struct Change {
+pub(crate) struct JobDiff {
     pub(crate) old: Option<JobRecord>,
     pub(crate) new: Option<JobRecord>,
 }
@@ -19,9 +22,11 @@ pub(crate) struct Change {
 #[derive(Debug, Default)]
 pub(crate) struct Plan {
     /// Per job touched, in id order.
-    pub(crate) changes: BTreeMap<JobId, Change>,
-    /// One past the largest id put in the batch.
+    pub(crate) changes: BTreeMap<JobId, JobDiff>,
+    /// One past the largest id put or reserved in the batch (the new id high-water mark).
     pub(crate) id_end: Option<JobId>,
+    /// One past the largest id put in the batch.
+    pub(crate) put_end: Option<JobId>,
 }
 
 /// Plans `batch`, reading each job's state before the batch with `lookup` (once per job).
@@ -30,36 +35,44 @@ pub(crate) struct Plan {
 ///
 /// Whatever `lookup` returns.
 pub(crate) fn plan(
-    batch: &[Mutation],
+    batch: &[Change],
     mut lookup: impl FnMut(JobId) -> Result<Option<JobRecord>, StoreError>,
 ) -> Result<Plan, StoreError> {
-    let mut p = Plan::default();
+    let mut p = Plan {
+        id_end: ids_reserved(batch),
+        ..Plan::default()
+    };
     for m in batch {
-        let id = m.id();
+        let Some(id) = crate::record::change_id(m) else {
+            continue; // an id reservation: only `id_end`
+        };
         let change = match p.changes.entry(id) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => {
                 let old = lookup(id)?;
-                e.insert(Change {
+                e.insert(JobDiff {
                     new: old.clone(),
                     old,
                 })
             }
         };
         match m {
-            Mutation::Put(r) => {
+            Change::Put(r) => {
                 change.new = Some(r.clone());
-                p.id_end = Some(p.id_end.unwrap_or(0).max(r.id.saturating_add(1)));
+                let end = r.id.saturating_add(1);
+                p.id_end = Some(p.id_end.unwrap_or(0).max(end));
+                p.put_end = Some(p.put_end.unwrap_or(0).max(end));
             }
-            Mutation::Update {
+            Change::Update {
                 state, priority, ..
             } => {
                 if let Some(r) = change.new.as_mut() {
-                    r.state = state.clone();
+                    r.state = *state;
                     r.priority = *priority;
                 }
             }
-            Mutation::Delete { .. } => change.new = None,
+            Change::Delete { .. } => change.new = None,
+            Change::ReserveIds { .. } => {}
         }
     }
     Ok(p)

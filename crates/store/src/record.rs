@@ -1,33 +1,34 @@
-//! The stored types ([`JobRecord`], [`Mutation`], …) and their byte encoding.
+//! The byte encoding of the queue's [`JobRecord`]s, and what [`Store::recover`] returns.
+//!
+//! The store speaks the engine's vocabulary ([`tickwheel_queue::Change`],
+//! [`tickwheel_queue::JobRecord`], [`TubeName`]); this module only maps it to bytes.
 //!
 //! # Record encoding (format version 1)
 //!
 //! The value stored for a job in the `resident` table (key: the id, big-endian) or the `due`
-//! table (key: `until_ms` BE ++ id BE):
+//! table (key: `until` BE ++ id BE):
 //!
 //! | offset | size | field |
 //! |-------:|-----:|-------|
 //! | 0 | 1 | record layout, [`RECORD_LAYOUT`] (1) |
 //! | 1 | 1 | state: 0 ready, 1 delayed, 2 buried |
-//! | 2 | 8 | `until_ms` (LE; 0 unless delayed) |
+//! | 2 | 8 | `until` (LE, engine-clock ms; 0 unless delayed) |
 //! | 10 | 4 | priority (LE) |
-//! | 14 | 8 | `ttr_ms` (LE) |
-//! | 22 | 8 | `created_ms` (LE) |
-//! | 30 | 1 | tube length `T` (≤ [`MAX_TUBE_LEN`]) |
-//! | 31 | `T` | tube name, UTF-8 |
+//! | 14 | 8 | `ttr` (LE, ms) |
+//! | 22 | 8 | `created` (LE, engine-clock ms) |
+//! | 30 | 1 | tube length `T` (≤ [`MAX_TUBE_NAME`]) |
+//! | 31 | `T` | tube name: a valid [`TubeName`], or the record is corrupt |
 //! | 31 + `T` | rest | body |
 //!
 //! The embedded engine checksums its journal and blocks; this layer only checks structure.
+//!
+//! [`Store::recover`]: crate::Store::recover
 
 use bytes::Bytes;
+use tickwheel_queue::{Change, DurableState, JobId, JobRecord, TubeName, MAX_TUBE_NAME};
 
 use crate::StoreError;
 
-/// A job id. Ids are handed out by the engine, increase, and are never reused.
-pub type JobId = u64;
-
-/// Longest tube name, in bytes (the beanstalkd limit).
-pub const MAX_TUBE_LEN: usize = 200;
 /// Largest job body this store accepts, in bytes (16 MiB; beanstalkd's default is 64 KiB).
 pub const MAX_BODY_LEN: usize = 16 << 20;
 /// Version of the per-record layout, the first byte of every record.
@@ -35,94 +36,47 @@ pub const RECORD_LAYOUT: u8 = 1;
 
 const HEADER_LEN: usize = 31;
 
-/// The state of a job as stored. Reserved jobs are stored as [`StoredState::Ready`]: after a
-/// restart every reservation has lapsed, so they are ready again (at-least-once delivery).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StoredState {
-    /// Waiting for a worker.
-    Ready,
-    /// Becomes ready at `until_ms` (engine clock).
-    Delayed {
-        /// Engine-clock millisecond at which the job becomes ready.
-        until_ms: u64,
-    },
-    /// Set aside by a worker until kicked.
-    Buried,
-}
-
-/// Everything stored about one job.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct JobRecord {
-    /// The job's id.
-    pub id: JobId,
-    /// Its tube, at most [`MAX_TUBE_LEN`] bytes.
-    pub tube: String,
-    /// Priority, lower is more urgent (beanstalkd).
-    pub priority: u32,
-    /// Time-to-run lease length in ms.
-    pub ttr_ms: u64,
-    /// Stored state.
-    pub state: StoredState,
-    /// Engine clock ms at put.
-    pub created_ms: u64,
-    /// The job body, at most [`MAX_BODY_LEN`] bytes.
-    pub body: Bytes,
-}
-
-/// One durable state change, emitted by the engine before it answers a client.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Mutation {
-    /// A new job (or a full replacement of the job with this id).
-    Put(JobRecord),
-    /// A job changed state or priority. A no-op if the job does not exist.
-    Update {
-        /// The job.
-        id: JobId,
-        /// Its new state.
-        state: StoredState,
-        /// Its new priority.
-        priority: u32,
-    },
-    /// A job is gone. A no-op if the job does not exist.
-    Delete {
-        /// The job.
-        id: JobId,
-    },
-}
-
 /// What [`Store::recover`](crate::Store::recover) returns: the state the engine starts from.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Recovered {
     /// Strictly greater than every id ever handed out (stored in a put or reserved with
-    /// [`Store::reserve_ids`](crate::Store::reserve_ids)); ids are never reused.
+    /// [`Change::ReserveIds`]); ids are never reused.
     pub next_id: JobId,
-    /// Every ready and buried job, and every delayed job with `until_ms < window_end_ms`,
+    /// Every ready and buried job, and every delayed job with `until < window_end_ms`,
     /// in id order.
     pub resident: Vec<JobRecord>,
-    /// Per tube (sorted by name), the number of delayed jobs with `until_ms >= window_end_ms`;
+    /// Per tube (sorted by name), the number of delayed jobs with `until >= window_end_ms`;
     /// they stay on disk (see [`Store::delayed_between`](crate::Store::delayed_between)).
     /// Tubes with no such job are left out.
-    pub far_delayed: Vec<(String, u64)>,
+    pub far_delayed: Vec<(TubeName, u64)>,
 }
 
-impl JobRecord {
-    /// The due time if the job is delayed.
-    pub fn until_ms(&self) -> Option<u64> {
-        match self.state {
-            StoredState::Delayed { until_ms } => Some(until_ms),
+/// The due time of a record, if it is delayed.
+pub(crate) fn until(r: &JobRecord) -> Option<u64> {
+    match r.state {
+        DurableState::Delayed { until } => Some(until),
+        DurableState::Ready | DurableState::Buried => None,
+    }
+}
+
+/// The job a change is about; `None` for [`Change::ReserveIds`].
+pub(crate) fn change_id(c: &Change) -> Option<JobId> {
+    match c {
+        Change::Put(r) => Some(r.id),
+        Change::Update { id, .. } | Change::Delete { id } => Some(*id),
+        Change::ReserveIds { .. } => None,
+    }
+}
+
+/// The largest id reservation in a batch.
+pub(crate) fn ids_reserved(batch: &[Change]) -> Option<JobId> {
+    batch
+        .iter()
+        .filter_map(|c| match c {
+            Change::ReserveIds { end } => Some(*end),
             _ => None,
-        }
-    }
-}
-
-impl Mutation {
-    /// The job this mutation is about.
-    pub fn id(&self) -> JobId {
-        match self {
-            Mutation::Put(r) => r.id,
-            Mutation::Update { id, .. } | Mutation::Delete { id } => *id,
-        }
-    }
+        })
+        .max()
 }
 
 /// Checks the limits of every put in `batch`, so a batch is refused whole before anything
@@ -130,17 +84,11 @@ impl Mutation {
 ///
 /// # Errors
 ///
-/// [`StoreError::TooLarge`] for a tube name over [`MAX_TUBE_LEN`] or a body over [`MAX_BODY_LEN`].
-pub fn validate(batch: &[Mutation]) -> Result<(), StoreError> {
-    for m in batch {
-        if let Mutation::Put(r) = m {
-            if r.tube.len() > MAX_TUBE_LEN {
-                return Err(StoreError::TooLarge {
-                    what: "tube name",
-                    len: r.tube.len(),
-                    max: MAX_TUBE_LEN,
-                });
-            }
+/// [`StoreError::TooLarge`] for a body over [`MAX_BODY_LEN`]. (A tube name is a [`TubeName`],
+/// valid by construction.)
+pub fn validate(batch: &[Change]) -> Result<(), StoreError> {
+    for c in batch {
+        if let Change::Put(r) = c {
             if r.body.len() > MAX_BODY_LEN {
                 return Err(StoreError::TooLarge {
                     what: "job body",
@@ -156,20 +104,21 @@ pub fn validate(batch: &[Mutation]) -> Result<(), StoreError> {
 /// Encodes `r` (without its id, which is the key). `r` must have passed [`validate`].
 pub(crate) fn encode(r: &JobRecord) -> Vec<u8> {
     let (tag, until) = match r.state {
-        StoredState::Ready => (0u8, 0u64),
-        StoredState::Delayed { until_ms } => (1, until_ms),
-        StoredState::Buried => (2, 0),
+        DurableState::Ready => (0u8, 0u64),
+        DurableState::Delayed { until } => (1, until),
+        DurableState::Buried => (2, 0),
     };
-    let tube_len = u8::try_from(r.tube.len()).expect("tube length is validated to be <= 200");
-    let mut v = Vec::with_capacity(HEADER_LEN + r.tube.len() + r.body.len());
+    let tube = r.tube.as_str();
+    let tube_len = u8::try_from(tube.len()).expect("a TubeName is at most 200 bytes");
+    let mut v = Vec::with_capacity(HEADER_LEN + tube.len() + r.body.len());
     v.push(RECORD_LAYOUT);
     v.push(tag);
     v.extend_from_slice(&until.to_le_bytes());
     v.extend_from_slice(&r.priority.to_le_bytes());
-    v.extend_from_slice(&r.ttr_ms.to_le_bytes());
-    v.extend_from_slice(&r.created_ms.to_le_bytes());
+    v.extend_from_slice(&r.ttr.to_le_bytes());
+    v.extend_from_slice(&r.created.to_le_bytes());
     v.push(tube_len);
-    v.extend_from_slice(r.tube.as_bytes());
+    v.extend_from_slice(tube.as_bytes());
     v.extend_from_slice(&r.body);
     v
 }
@@ -190,32 +139,37 @@ pub(crate) fn decode(id: JobId, v: &[u8]) -> Result<JobRecord, String> {
         b.copy_from_slice(&v[at..at + 8]);
         u64::from_le_bytes(b)
     };
-    let until_ms = u64_at(2);
+    let until = u64_at(2);
     let state = match v[1] {
-        0 => StoredState::Ready,
-        1 => StoredState::Delayed { until_ms },
-        2 => StoredState::Buried,
+        0 => DurableState::Ready,
+        1 => DurableState::Delayed { until },
+        2 => DurableState::Buried,
         t => return Err(format!("job {id}: unknown state tag {t}")),
     };
     let mut p = [0u8; 4];
     p.copy_from_slice(&v[10..14]);
     let tube_len = usize::from(v[30]);
     let tube_end = HEADER_LEN + tube_len;
-    if tube_len > MAX_TUBE_LEN || v.len() < tube_end {
+    if tube_len > MAX_TUBE_NAME || v.len() < tube_end {
         return Err(format!("job {id}: bad tube length {tube_len}"));
     }
     let tube = std::str::from_utf8(&v[HEADER_LEN..tube_end])
-        .map_err(|e| format!("job {id}: tube name is not UTF-8: {e}"))?
-        .to_owned();
+        .map_err(|e| format!("job {id}: tube name is not UTF-8: {e}"))?;
+    let tube = tube_name(tube).map_err(|e| format!("job {id}: {e}"))?;
     Ok(JobRecord {
         id,
         tube,
         priority: u32::from_le_bytes(p),
-        ttr_ms: u64_at(14),
+        ttr: u64_at(14),
         state,
-        created_ms: u64_at(22),
+        created: u64_at(22),
         body: Bytes::copy_from_slice(&v[tube_end..]),
     })
+}
+
+/// A stored tube name, checked: an invalid one is corruption, never renamed.
+pub(crate) fn tube_name(name: &str) -> Result<TubeName, String> {
+    TubeName::new(name).map_err(|_| format!("stored tube name {name:?} is not a valid tube name"))
 }
 
 /// First byte of a locator (the value in the `jobs` table) for a ready or buried job, whose
@@ -271,14 +225,14 @@ pub(crate) fn split_due_key(k: &[u8]) -> Option<(u64, JobId)> {
 mod tests {
     use super::*;
 
-    fn rec(state: StoredState, tube: &str, body: &[u8]) -> JobRecord {
+    fn rec(state: DurableState, tube: &str, body: &[u8]) -> JobRecord {
         JobRecord {
             id: 7,
-            tube: tube.into(),
+            tube: TubeName::new(tube).expect("valid tube name"),
             priority: 1024,
-            ttr_ms: 60_000,
+            ttr: 60_000,
             state,
-            created_ms: 99,
+            created: 99,
             body: Bytes::copy_from_slice(body),
         }
     }
@@ -286,20 +240,20 @@ mod tests {
     #[test]
     fn encode_decode_roundtrip_each_state() {
         for state in [
-            StoredState::Ready,
-            StoredState::Buried,
-            StoredState::Delayed { until_ms: u64::MAX },
+            DurableState::Ready,
+            DurableState::Buried,
+            DurableState::Delayed { until: u64::MAX },
         ] {
             let r = rec(state, "emails", b"hello");
             assert_eq!(decode(7, &encode(&r)), Ok(r));
         }
-        let long = rec(StoredState::Ready, &"t".repeat(MAX_TUBE_LEN), b"");
+        let long = rec(DurableState::Ready, &"t".repeat(MAX_TUBE_NAME), b"");
         assert_eq!(decode(7, &encode(&long)), Ok(long));
     }
 
     #[test]
     fn decode_rejects_every_truncation_and_bad_tags() {
-        let bytes = encode(&rec(StoredState::Ready, "emails", b""));
+        let bytes = encode(&rec(DurableState::Ready, "emails", b""));
         for len in 0..bytes.len() {
             assert!(
                 decode(1, &bytes[..len]).is_err(),
@@ -315,20 +269,19 @@ mod tests {
     }
 
     #[test]
-    fn validate_refuses_long_tube_and_body() {
-        let r = rec(StoredState::Ready, &"t".repeat(MAX_TUBE_LEN + 1), b"");
-        assert!(matches!(
-            validate(&[Mutation::Put(r)]),
-            Err(StoreError::TooLarge {
-                what: "tube name",
-                len: 201,
-                max: MAX_TUBE_LEN
-            })
-        ));
-        let mut r = rec(StoredState::Ready, "t", b"");
+    fn an_invalid_stored_tube_name_is_corruption() {
+        let mut bytes = encode(&rec(DurableState::Ready, "emails", b"x"));
+        bytes[HEADER_LEN] = b'-'; // "-mails": not a tube name
+        let err = decode(7, &bytes).expect_err("invalid tube name decoded");
+        assert!(err.contains("not a valid tube name"), "{err}");
+    }
+
+    #[test]
+    fn validate_refuses_a_long_body() {
+        let mut r = rec(DurableState::Ready, "t", b"");
         r.body = Bytes::from(vec![0u8; MAX_BODY_LEN + 1]);
         assert!(matches!(
-            validate(&[Mutation::Put(r)]),
+            validate(&[Change::Put(r)]),
             Err(StoreError::TooLarge {
                 what: "job body",
                 ..

@@ -446,7 +446,10 @@ impl Runner {
                     .take(bound.min(1000) as usize)
                     .map(|(_, id)| id)
                     .collect();
-                let got = self.engine.kick(t, ClientId(c.into()), bound.min(1000));
+                let got = self
+                    .engine
+                    .kick(t, ClientId(c.into()), bound.min(1000))
+                    .map_err(|e| format!("kick: {e}"))?;
                 expect_eq("kicked", got, kicked.len() as u64)?;
                 for id in kicked {
                     self.jobs.get_mut(&id).expect("kicked job").state = S::Ready;
@@ -474,7 +477,7 @@ impl Runner {
             QueueOp::Peek(pick) => {
                 let id = self.job_id(pick);
                 self.load_by_id(id);
-                let got = self.engine.peek(t, id).map(|v| (v.id, v.body.len()));
+                let got = self.engine.peek(t, id).ok().map(|v| (v.id, v.body.len()));
                 expect_eq("peek", got, self.jobs.get(&id).map(|j| (id, j.len)))?;
             }
             QueueOp::PeekState(c, which) => {
@@ -503,6 +506,7 @@ impl Runner {
                 let got = self
                     .engine
                     .peek_state(t, ClientId(c.into()), state)
+                    .ok()
                     .map(|v| v.id);
                 expect_eq("peek by state", got, want)?;
             }
@@ -548,7 +552,7 @@ impl Runner {
                 self.persist()?;
                 self.pending_load = None; // the load died with the process
                 let window_end = self.config.window_end_at(t);
-                let mut far: BTreeMap<String, u64> = BTreeMap::new();
+                let mut far: BTreeMap<TubeName, u64> = BTreeMap::new();
                 let mut records = Vec::new();
                 for record in self.durable.values() {
                     match record.state {
@@ -637,9 +641,7 @@ impl Runner {
     /// Plays the server before a command on a job id: a far job is read from the store.
     fn load_by_id(&mut self, id: JobId) {
         if self.engine.needs_load(id) {
-            if let Some(record) = self.durable.get(&id) {
-                self.engine.load_job(record.clone());
-            }
+            self.engine.load_job(id, self.durable.get(&id).cloned());
         }
     }
 

@@ -7,7 +7,12 @@
 //! - `throughput`: N connections doing put/reserve/delete cycles, then puts alone;
 //! - `lateness`: jobs put at a steady rate with 1–3 s delays, workers reserving; lateness of
 //!   each delivery against the put's ack time + delay, early deliveries against its send time;
-//! - `idle`: thousands of idle connections; the server's resident-set growth.
+//! - `idle`: thousands of idle connections; the server's resident-set growth;
+//! - `sync`: one connection, one put at a time: the put round trip, beside the disk's own
+//!   `fdatasync` latency probed in the same run (4 KiB writes into a preallocated file in the
+//!   same file system as the servers' data directories);
+//! - `pipelined`: N connections keeping D puts in flight each: the distribution of ack
+//!   latencies (put sent → `INSERTED` received) and puts/s.
 
 #[path = "../bench_stats.rs"]
 mod bench_stats;
@@ -73,6 +78,12 @@ struct Cli {
     /// Time limit of one phase, seconds (a phase that hits it reports what it did).
     #[arg(long, default_value_t = 90)]
     phase_limit: u64,
+    /// Sync: puts on the one connection (and fdatasync calls of the disk probe).
+    #[arg(long, default_value_t = 2000)]
+    sync_puts: usize,
+    /// Pipelined: puts in flight per connection.
+    #[arg(long, default_value_t = 16)]
+    depth: usize,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -80,6 +91,8 @@ enum Workload {
     Throughput,
     Lateness,
     Idle,
+    Sync,
+    Pipelined,
 }
 
 /// A server configuration.
@@ -856,6 +869,248 @@ async fn idle(cli: &Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
+// ----- sync: one connection, one put at a time -----
+
+/// Latency percentiles of a sample, in ms: (p50, p99, p99.9, max).
+fn dist(v: &mut [f64]) -> (f64, f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    (
+        percentile(v, 0.5),
+        percentile(v, 0.99),
+        percentile(v, 0.999),
+        v.last().copied().unwrap_or(f64::NAN),
+    )
+}
+
+/// The disk's floor, in a temp dir beside the servers' data directories: `n` times, write
+/// 4 KiB and `fdatasync`. Returns two latency samples (ms): overwriting a file whose blocks
+/// were written and synced beforehand (no metadata to sync: the floor), and appending into a
+/// file made long with `set_len` only (sparse, as the storage engine preallocates its journal:
+/// every sync also commits block allocations).
+fn fsync_probe(n: usize) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    use std::io::{Seek, SeekFrom, Write};
+    let dir = tempfile::Builder::new().prefix("sbench-probe-").tempdir()?;
+    let block = [0x5au8; 4096];
+    let timed = |f: &mut std::fs::File| -> anyhow::Result<Vec<f64>> {
+        let mut lat = Vec::with_capacity(n);
+        for _ in 0..n {
+            f.write_all(&block)?;
+            let t = Instant::now();
+            f.sync_data()?;
+            lat.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        Ok(lat)
+    };
+    let mut f = std::fs::File::create(dir.path().join("written"))?;
+    for _ in 0..n {
+        f.write_all(&block)?;
+    }
+    f.sync_all()?;
+    f.seek(SeekFrom::Start(0))?;
+    let overwrite = timed(&mut f)?;
+    let mut f = std::fs::File::create(dir.path().join("sparse"))?;
+    f.set_len((n * block.len()) as u64)?;
+    f.sync_all()?;
+    let sparse = timed(&mut f)?;
+    Ok((overwrite, sparse))
+}
+
+async fn sync(cli: &Cli) -> anyhow::Result<()> {
+    let targets = if cli.targets.is_empty() {
+        vec![Target::TwSync, Target::BsF0, Target::BsF50]
+    } else {
+        cli.targets.clone()
+    };
+    let body = vec![b'x'; cli.body];
+    let mut p50s: HashMap<Target, Vec<f64>> = HashMap::new();
+    let mut probe50 = Vec::new();
+    let mut sparse50 = Vec::new();
+    for run in 0..cli.runs {
+        let (mut probe, mut sparse) = tokio::task::spawn_blocking({
+            let n = cli.sync_puts.min(1000);
+            move || fsync_probe(n)
+        })
+        .await??;
+        let (p50, p99, _, max) = dist(&mut probe);
+        println!(
+            "run {run} {:<30} p50 {p50:>7.3} ms  p99 {p99:>7.3} ms  max {max:>7.3} ms",
+            "disk fdatasync (overwrite)"
+        );
+        probe50.push(p50);
+        let (s50, s99, _, smax) = dist(&mut sparse);
+        println!(
+            "run {run} {:<30} p50 {s50:>7.3} ms  p99 {s99:>7.3} ms  max {smax:>7.3} ms",
+            "disk fdatasync (sparse append)"
+        );
+        sparse50.push(s50);
+        for &t in &targets {
+            let server = Server::start(cli, t).await?;
+            let mut c = Conn::connect(server.addr).await?;
+            let mut lat = Vec::with_capacity(cli.sync_puts);
+            let deadline = Instant::now() + Duration::from_secs(cli.phase_limit);
+            for _ in 0..cli.sync_puts {
+                let s = Instant::now();
+                c.put(0, 0, 60, &body).await?;
+                lat.push(s.elapsed().as_secs_f64() * 1000.0);
+                if Instant::now() > deadline {
+                    break;
+                }
+            }
+            let (p50, p99, _, max) = dist(&mut lat);
+            println!(
+                "run {run} {:<30} p50 {p50:>7.3} ms  p99 {p99:>7.3} ms  max {max:>7.3} ms  ({} puts)",
+                t.name(),
+                lat.len()
+            );
+            p50s.entry(t).or_default().push(p50);
+        }
+    }
+    println!(
+        "\n## sync: one connection, one {} B put at a time, {} puts; median of {} runs of each run's p50",
+        cli.body, cli.sync_puts, cli.runs
+    );
+    println!("| what | put round trip p50 ms | vs disk fdatasync p50 (same run) | runs p50 ms |");
+    println!("|---|---:|---:|---|");
+    println!(
+        "| disk fdatasync, 4 KiB overwrite | {:.3} | 1.00× | {} |",
+        median(&mut probe50.clone()),
+        fmt_all(&probe50, 3)
+    );
+    let mut r: Vec<f64> = sparse50.iter().zip(&probe50).map(|(a, b)| a / b).collect();
+    println!(
+        "| disk fdatasync, 4 KiB into a sparse (set_len) file | {:.3} | {:.2}× | {} |",
+        median(&mut sparse50.clone()),
+        median(&mut r),
+        fmt_all(&sparse50, 3)
+    );
+    for &t in &targets {
+        let v = p50s.get(&t).cloned().unwrap_or_default();
+        let mut r: Vec<f64> = v.iter().zip(&probe50).map(|(a, b)| a / b).collect();
+        println!(
+            "| {} | {:.3} | {:.2}× | {} |",
+            t.name(),
+            median(&mut v.clone()),
+            median(&mut r),
+            fmt_all(&v, 3)
+        );
+    }
+    Ok(())
+}
+
+// ----- pipelined: many connections, many puts in flight each -----
+
+/// Keeps `depth` puts in flight on one connection until `n` are acknowledged; returns each
+/// put's ack latency (ms).
+async fn pipelined_conn(
+    mut c: Conn,
+    n: usize,
+    depth: usize,
+    body: Arc<Vec<u8>>,
+    deadline: Instant,
+) -> anyhow::Result<Vec<f64>> {
+    let mut frame = format!("put 0 0 60 {}\r\n", body.len()).into_bytes();
+    frame.extend_from_slice(&body);
+    frame.extend_from_slice(b"\r\n");
+    let mut sent = std::collections::VecDeque::with_capacity(depth);
+    let mut lat = Vec::with_capacity(n);
+    let mut out = Vec::with_capacity(frame.len() * depth);
+    let mut issued = 0;
+    while lat.len() < n {
+        out.clear();
+        while sent.len() < depth && issued < n && Instant::now() < deadline {
+            out.extend_from_slice(&frame);
+            sent.push_back(Instant::now());
+            issued += 1;
+        }
+        if !out.is_empty() {
+            c.w.write_all(&out).await?;
+        }
+        let Some(t) = sent.pop_front() else { break };
+        let l = c.read_line().await?;
+        if !l.starts_with("INSERTED ") {
+            bail!("put: {l}");
+        }
+        lat.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    Ok(lat)
+}
+
+async fn pipelined(cli: &Cli) -> anyhow::Result<()> {
+    let targets = if cli.targets.is_empty() {
+        vec![Target::TwSync, Target::BsF50]
+    } else {
+        cli.targets.clone()
+    };
+    let body = Arc::new(vec![b'x'; cli.body]);
+    // Per run: (puts/s, ack p50, p99, p99.9, max).
+    type Run = (f64, f64, f64, f64, f64);
+    let mut res: HashMap<Target, Vec<Run>> = HashMap::new();
+    for run in 0..cli.runs {
+        for &t in &targets {
+            let server = Server::start(cli, t).await?;
+            let mut cs = Vec::with_capacity(cli.conns);
+            for _ in 0..cli.conns {
+                cs.push(Conn::connect(server.addr).await?);
+            }
+            let deadline = Instant::now() + Duration::from_secs(cli.phase_limit);
+            let start = Instant::now();
+            let set = tokio::task::LocalSet::new();
+            let handles: Vec<_> = cs
+                .into_iter()
+                .map(|c| {
+                    set.spawn_local(pipelined_conn(
+                        c,
+                        cli.per_conn,
+                        cli.depth,
+                        body.clone(),
+                        deadline,
+                    ))
+                })
+                .collect();
+            let mut lat = set
+                .run_until(async {
+                    let mut all = Vec::new();
+                    for h in handles {
+                        all.extend(h.await??);
+                    }
+                    anyhow::Ok(all)
+                })
+                .await
+                .with_context(|| format!("pipelined on {}", t.name()))?;
+            let rate = lat.len() as f64 / start.elapsed().as_secs_f64();
+            let (p50, p99, p999, max) = dist(&mut lat);
+            println!(
+                "run {run} {:<30} puts/s {rate:>9.0}  ack p50 {p50:>7.2} ms  p99 {p99:>7.2} ms  p99.9 {p999:>7.2} ms  max {max:>7.2} ms  ({} puts)",
+                t.name(),
+                lat.len()
+            );
+            res.entry(t).or_default().push((rate, p50, p99, p999, max));
+        }
+    }
+    println!(
+        "\n## pipelined: {} connections × {} puts in flight, {} B bodies, {} puts per connection, medians of {} runs",
+        cli.conns, cli.depth, cli.body, cli.per_conn, cli.runs
+    );
+    println!("| server | puts/s | ack p50 ms | p99 ms | p99.9 ms | max ms | runs max ms |");
+    println!("|---|---:|---:|---:|---:|---:|---|");
+    for &t in &targets {
+        let rs = res.get(&t).map(Vec::as_slice).unwrap_or_default();
+        let m = |f: &dyn Fn(&Run) -> f64| median(&mut rs.iter().map(f).collect::<Vec<_>>());
+        let maxes: Vec<f64> = rs.iter().map(|r| r.4).collect();
+        println!(
+            "| {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
+            t.name(),
+            m(&|r| r.0),
+            m(&|r| r.1),
+            m(&|r| r.2),
+            m(&|r| r.3),
+            m(&|r| r.4),
+            fmt_all(&maxes, 1)
+        );
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     // Room for 10k client sockets here and 10k in the server (it inherits the limit).
@@ -876,6 +1131,8 @@ fn main() -> anyhow::Result<()> {
             Workload::Throughput => throughput(&cli).await,
             Workload::Lateness => lateness(&cli).await,
             Workload::Idle => idle(&cli).await,
+            Workload::Sync => sync(&cli).await,
+            Workload::Pipelined => pipelined(&cli).await,
         }
     })
 }

@@ -25,7 +25,7 @@ use std::collections::HashSet;
 
 use super::{Engine, Job};
 use crate::tube::TubeId;
-use crate::types::{ClientId, DurableState, JobId, JobRecord, Millis, TubeName};
+use crate::types::{ClientId, DurableState, Error, JobId, JobRecord, Load, Millis};
 
 /// A window load in progress.
 pub(super) struct Loading {
@@ -99,9 +99,9 @@ impl Engine {
         self.serve_deferred();
     }
 
-    /// `true` if `id` is not in memory but may be a far job: the caller should look it up in
-    /// the store (after every change taken so far is durable) and pass it to
-    /// [`load_job`](Self::load_job) before running a command on it.
+    /// `true` if `id` is not in memory but may be a far job: an operation on it answers
+    /// [`Error::NeedsLoad`] until the caller has looked it up in the store (after every change
+    /// taken so far is durable) and passed the answer to [`load_job`](Self::load_job).
     #[must_use]
     pub fn needs_load(&self, id: JobId) -> bool {
         (self.far > 0 || self.loading.is_some())
@@ -109,9 +109,14 @@ impl Engine {
             && !self.jobs.contains_key(&id)
     }
 
-    /// Brings a far job (read from the store by id) into memory. Does nothing if it is in
-    /// memory already or is not a far delayed job.
-    pub fn load_job(&mut self, record: JobRecord) {
+    /// Completes a [`Load::Job`]: `record` is what the store holds under `id` (`None`: no
+    /// such job). Brings a far job into memory; does nothing more if it is in memory already
+    /// or is not a far delayed job. The next operation on `id` then runs on what is in memory.
+    pub fn load_job(&mut self, id: JobId, record: Option<JobRecord>) {
+        self.loaded = Some(Load::Job(id));
+        let Some(record) = record.filter(|r| r.id == id) else {
+            return;
+        };
         let DurableState::Delayed { until } = record.state else {
             return;
         };
@@ -154,6 +159,35 @@ impl Engine {
         (below as u64) < wanted
     }
 
+    /// Lets the next operation that would answer [`Error::NeedsLoad`]`(load)` run on what is in
+    /// memory (for a caller that cannot make progress on the load).
+    pub fn skip_load(&mut self, load: Load) {
+        self.loaded = Some(load);
+    }
+
+    /// [`Error::NeedsLoad`] if job `id` may be on disk only and was not just loaded.
+    pub(super) fn require_job(&mut self, id: JobId) -> Result<(), Error> {
+        if self.loaded.take() == Some(Load::Job(id)) || !self.needs_load(id) {
+            return Ok(());
+        }
+        Err(Error::NeedsLoad(Load::Job(id)))
+    }
+
+    /// [`Error::NeedsLoad`] if `peek-delayed` / `kick wanted` on the client's used tube may
+    /// need far jobs (see [`needs_far_for_tube`](Self::needs_far_for_tube)).
+    pub(super) fn require_front(
+        &mut self,
+        client: ClientId,
+        wanted: u64,
+        kick: bool,
+    ) -> Result<(), Error> {
+        if self.loaded.take() == Some(Load::Widen) || !self.needs_far_for_tube(client, wanted, kick)
+        {
+            return Ok(());
+        }
+        Err(Error::NeedsLoad(Load::Widen))
+    }
+
     /// The time at or after which delayed jobs are not in memory.
     #[must_use]
     pub fn window_end(&self) -> Millis {
@@ -185,8 +219,7 @@ impl Engine {
     }
 
     fn make_resident(&mut self, record: JobRecord, until: Millis) {
-        let name = TubeName::new(&record.tube).unwrap_or_else(|_| TubeName::default_tube());
-        let tube = self.tube_ref(&name);
+        let tube = self.tube_ref(&record.tube);
         let t = self.tube_mut(tube);
         t.far_delayed = t.far_delayed.saturating_sub(1);
         self.far = self.far.saturating_sub(1);

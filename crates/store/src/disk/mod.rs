@@ -36,8 +36,10 @@ mod ops;
 use fjall::{Batch, Config, Keyspace, PartitionCreateOptions, PartitionHandle, PersistMode};
 
 use crate::error::is_disk_full;
-use crate::record::{decode, decode_locator, due_key, id_key, split_due_key};
-use crate::{Durability, JobId, JobRecord, Mutation, Recovered, Store, StoreError};
+use tickwheel_queue::{Change, JobId, JobRecord};
+
+use crate::record::{decode, decode_locator, due_key, id_key, split_due_key, until};
+use crate::{Durability, Recovered, Store, StoreError};
 
 /// The on-disk format version this build reads and writes (stored in `meta/format_version`).
 pub const FORMAT_VERSION: u32 = 1;
@@ -470,14 +472,14 @@ impl Inner {
 
     /// Decodes an entry of the `due` table, checking that key and record agree.
     fn due_record(&self, k: &[u8], v: &[u8]) -> Result<JobRecord, StoreError> {
-        let (until, id) = split_due_key(k)
+        let (due, id) = split_due_key(k)
             .ok_or_else(|| self.corrupt(&self.due, format!("key of {} bytes", k.len())))?;
         let r = decode(id, v).map_err(|d| self.corrupt(&self.due, d))?;
-        if r.until_ms() != Some(until) {
+        if until(&r) != Some(due) {
             return Err(self.corrupt(
                 &self.due,
                 format!(
-                    "job {id} is indexed as due at {until} but its record says {:?}",
+                    "job {id} is indexed as due at {due} but its record says {:?}",
                     r.state
                 ),
             ));
@@ -565,12 +567,8 @@ fn engine_panic(dir: &Path, what: &str, panic: &(dyn std::any::Any + Send)) -> S
 }
 
 impl Store for DiskStore {
-    fn commit(&self, batch: &[Mutation]) -> Result<(), StoreError> {
+    fn commit(&self, batch: &[Change]) -> Result<(), StoreError> {
         self.guarded("committing", || self.commit_unguarded(batch))
-    }
-
-    fn reserve_ids(&self, end: JobId) -> Result<(), StoreError> {
-        self.guarded("reserving ids", || self.reserve_ids_unguarded(end))
     }
 
     fn recover(&self, window_end_ms: u64) -> Result<Recovered, StoreError> {

@@ -5,13 +5,15 @@
 use std::collections::BTreeMap;
 
 use super::{be_u64, DiskStore, META_DELAYED, META_NEXT_ID};
+use tickwheel_queue::{Change, JobId, JobRecord, TubeName};
+
 use crate::plan::plan;
-use crate::record::{decode, due_key, encode, encode_locator, id_key, validate};
-use crate::{JobId, JobRecord, Mutation, Recovered, StoreError};
+use crate::record::{decode, due_key, encode, encode_locator, id_key, tube_name, until, validate};
+use crate::{Recovered, StoreError};
 
 /// The operations, unguarded: [`Store`] for [`DiskStore`] wraps each in [`DiskStore::guarded`].
 impl DiskStore {
-    pub(super) fn commit_unguarded(&self, batch: &[Mutation]) -> Result<(), StoreError> {
+    pub(super) fn commit_unguarded(&self, batch: &[Change]) -> Result<(), StoreError> {
         validate(batch)?;
         let s = &*self.inner;
         let mut ws = s.lock_writes();
@@ -43,11 +45,11 @@ impl DiskStore {
         let mut delayed_delta: BTreeMap<&str, i64> = BTreeMap::new();
         for (&id, c) in &p.changes {
             let key = id_key(id);
-            let old_due = c.old.as_ref().and_then(JobRecord::until_ms);
-            let new_due = c.new.as_ref().and_then(JobRecord::until_ms);
+            let old_due = c.old.as_ref().and_then(until);
+            let new_due = c.new.as_ref().and_then(until);
             if let Some(old) = &c.old {
                 if old_due.is_some() {
-                    *delayed_delta.entry(&old.tube).or_default() -= 1;
+                    *delayed_delta.entry(old.tube.as_str()).or_default() -= 1;
                 }
             }
             // Remove the old record unless the new one overwrites the same key (a remove and an
@@ -63,7 +65,7 @@ impl DiskStore {
                 Some(r) => {
                     match new_due {
                         Some(u) => {
-                            *delayed_delta.entry(&r.tube).or_default() += 1;
+                            *delayed_delta.entry(r.tube.as_str()).or_default() += 1;
                             b.insert(&s.due, due_key(u, id), encode(r));
                         }
                         None => b.insert(&s.resident, key, encode(r)),
@@ -106,25 +108,9 @@ impl DiskStore {
         if let Some(end) = new_next {
             ws.next_id = Some(end);
         }
-        if let Some(end) = p.id_end {
+        if let Some(end) = p.put_end {
             ws.jobs_end = Some(jobs_end.max(end));
         }
-        Ok(())
-    }
-
-    pub(super) fn reserve_ids_unguarded(&self, end: JobId) -> Result<(), StoreError> {
-        let s = &*self.inner;
-        let mut ws = s.lock_writes();
-        if let Some(p) = s.poisoned() {
-            return Err(p);
-        }
-        if end <= s.next_id()? {
-            return Ok(());
-        }
-        let mut b = s.keyspace.batch();
-        b.insert(&s.meta, META_NEXT_ID, end.to_be_bytes());
-        s.write(b)?;
-        ws.next_id = Some(end);
         Ok(())
     }
 
@@ -138,7 +124,7 @@ impl DiskStore {
                 .ok_or_else(|| s.corrupt(&s.resident, format!("key of {} bytes", k.len())))?;
             resident.push(decode(id, &v).map_err(|d| s.corrupt(&s.resident, d))?);
         }
-        let mut in_window: BTreeMap<String, u64> = BTreeMap::new();
+        let mut in_window: BTreeMap<TubeName, u64> = BTreeMap::new();
         for kv in s.due.range(..due_key(window_end_ms, 0)) {
             let (k, v) = kv.map_err(read)?;
             let r = s.due_record(&k, &v)?;
@@ -151,15 +137,16 @@ impl DiskStore {
             let (k, v) = kv.map_err(read)?;
             let tube = std::str::from_utf8(&k[META_DELAYED.len()..])
                 .map_err(|_| s.corrupt(&s.meta, "a delayed counter's tube is not UTF-8".into()))?;
+            let tube = tube_name(tube).map_err(|d| s.corrupt(&s.meta, d))?;
             let total = be_u64(&v).ok_or_else(|| {
                 s.corrupt(&s.meta, format!("counter for {tube:?} is not 8 bytes"))
             })?;
-            let near = in_window.get(tube).copied().unwrap_or(0);
+            let near = in_window.get(&tube).copied().unwrap_or(0);
             let far = total.checked_sub(near).ok_or_else(|| {
                 s.corrupt(&s.meta, format!("tube {tube:?} counts {total} delayed jobs but {near} are due in the window"))
             })?;
             if far > 0 {
-                far_delayed.push((tube.to_owned(), far));
+                far_delayed.push((tube, far));
             }
         }
         Ok(Recovered {

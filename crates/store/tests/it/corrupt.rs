@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 
-use tickwheel_store::{DiskOptions, DiskStore, JobRecord, Mutation, Store};
+use tickwheel_store::{Change, DiskOptions, DiskStore, JobRecord, Store, TubeName};
 
 use crate::util::{copy_dir, delayed, files, ready, Rng};
 
@@ -31,12 +31,12 @@ fn populate(dir: &Path) {
             .map(|i| {
                 let id = b * 20 + i;
                 if i % 3 == 0 {
-                    Mutation::Put(big(ready(id, "r")))
+                    Change::Put(big(ready(id, "r")))
                 } else {
-                    Mutation::Put(big(delayed(id, "d", id * 10)))
+                    Change::Put(big(delayed(id, "d", id * 10)))
                 }
             })
-            .chain((b > 0).then(|| Mutation::Delete {
+            .chain((b > 0).then(|| Change::Delete {
                 id: (b - 1) * 20 + 1,
             }))
             .collect();
@@ -193,7 +193,7 @@ fn torn_journal_tail_loses_whole_batches_only() {
         let s = DiskStore::open(base.path(), DiskOptions::default()).unwrap();
         for b in 0..30u64 {
             let batch: Vec<_> = (0..5)
-                .map(|i| Mutation::Put(ready(b * 5 + i, &format!("batch-{b}"))))
+                .map(|i| Change::Put(ready(b * 5 + i, &format!("batch-{b}"))))
                 .collect();
             s.commit(&batch).unwrap();
         }
@@ -231,7 +231,7 @@ fn torn_journal_tail_loses_whole_batches_only() {
             seen_counts.push(None);
             continue;
         };
-        let mut per_batch: BTreeMap<String, usize> = BTreeMap::new();
+        let mut per_batch: BTreeMap<TubeName, usize> = BTreeMap::new();
         for r in &rec.resident {
             *per_batch.entry(r.tube.clone()).or_default() += 1;
         }
@@ -240,7 +240,7 @@ fn torn_journal_tail_loses_whole_batches_only() {
         }
         let batches: Vec<u64> = per_batch
             .keys()
-            .map(|t| t["batch-".len()..].parse().unwrap())
+            .map(|t| t.as_str()["batch-".len()..].parse().unwrap())
             .collect();
         let mut sorted = batches.clone();
         sorted.sort_unstable();

@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
-use tickwheel_store::{DiskOptions, DiskStore, Durability, GroupCommit, Mutation, Store};
+use tickwheel_store::{Change, DiskOptions, DiskStore, Durability, GroupCommit, Store};
 
 use crate::util::{delayed, Rng};
 
@@ -57,7 +57,7 @@ fn crash_child() {
                         .collect();
                     let mut batch: Vec<_> = ids
                         .iter()
-                        .map(|&id| Mutation::Put(delayed(id, "crash", id % 50_000)))
+                        .map(|&id| Change::Put(delayed(id, "crash", id % 50_000)))
                         .collect();
                     let del =
                         (i % 4 == 3).then(|| mine.swap_remove((i as usize * 7 + t) % mine.len()));
@@ -65,7 +65,7 @@ fn crash_child() {
                         // Announced first: if we die between commit and ack, the parent knows
                         // this job may be gone although its delete was never acknowledged.
                         println!("try-del {id}");
-                        batch.push(Mutation::Delete { id });
+                        batch.push(Change::Delete { id });
                     }
                     store.commit(&batch).unwrap();
                     for id in &ids {

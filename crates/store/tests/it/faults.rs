@@ -7,7 +7,7 @@ use std::error::Error as _;
 use std::sync::Arc;
 
 use tickwheel_store::{
-    DiskOptions, DiskStore, Fault, FaultyStore, GroupCommit, MemStore, Mutation, Store, StoreError,
+    Change, DiskOptions, DiskStore, Fault, FaultyStore, GroupCommit, MemStore, Store, StoreError,
 };
 
 use crate::util::ready;
@@ -33,7 +33,7 @@ fn run_fault(
                 let mut errors = Vec::new();
                 for i in 0..30 {
                     let id = t * 100 + i;
-                    match store.commit(&[Mutation::Put(ready(id, "t"))]) {
+                    match store.commit(&[Change::Put(ready(id, "t"))]) {
                         Ok(()) => acked.push(id),
                         Err(e) => errors.push(e),
                     }
@@ -76,9 +76,7 @@ fn check_fault(fault: Fault, first_error: fn(&StoreError) -> bool) {
     );
     assert_eq!(originals + poisoned, errors.len(), "{errors:?}");
     // The store stays poisoned, and the cause is reachable through source().
-    let later = store
-        .commit(&[Mutation::Put(ready(9999, "t"))])
-        .unwrap_err();
+    let later = store.commit(&[Change::Put(ready(9999, "t"))]).unwrap_err();
     let source = later.source().expect("Poisoned has a source");
     let cause = source
         .downcast_ref::<Arc<StoreError>>()
@@ -151,11 +149,14 @@ fn real_full_disk_on_tmpfs() {
                 .map(|i| {
                     let mut j = ready(b * 16 + i, "t");
                     j.body = bytes::Bytes::from(vec![b as u8; 4096]);
-                    Mutation::Put(j)
+                    Change::Put(j)
                 })
                 .collect();
             match store.commit(&batch) {
-                Ok(()) => acked.extend(batch.iter().map(Mutation::id)),
+                Ok(()) => acked.extend(batch.iter().filter_map(|c| match c {
+                    Change::Put(j) => Some(j.id),
+                    _ => None,
+                })),
                 Err(e) => {
                     first_err = Some(e);
                     break 'fill;
@@ -167,7 +168,7 @@ fn real_full_disk_on_tmpfs() {
             matches!(err, StoreError::DiskFull { .. }),
             "expected DiskFull, got: {err}"
         );
-        let again = store.commit(&[Mutation::Delete { id: 0 }]).unwrap_err();
+        let again = store.commit(&[Change::Delete { id: 0 }]).unwrap_err();
         assert!(matches!(again, StoreError::Poisoned { .. }), "{again}");
         crate::util::copy_dir(&dir, copy.path());
     }

@@ -9,9 +9,9 @@
 
 use std::path::Path;
 
-use tickwheel_store::{DiskOptions, DiskStore, Store, StoredState};
+use tickwheel_store::{DiskOptions, DiskStore, DurableState, Store};
 
-use crate::util::copy_dir;
+use crate::util::{copy_dir, tube};
 
 #[test]
 fn format_v1_fixture_opens_and_recovers() {
@@ -25,39 +25,31 @@ fn format_v1_fixture_opens_and_recovers() {
     let mut resident: Vec<_> = recovered
         .resident
         .iter()
-        .map(|j| {
-            (
-                j.id,
-                j.tube.as_str(),
-                j.priority,
-                j.state.clone(),
-                j.body.clone(),
-            )
-        })
+        .map(|j| (j.id, j.tube.as_str(), j.priority, j.state, j.body.clone()))
         .collect();
     resident.sort_by_key(|r| r.0);
     assert_eq!(
         resident,
         [
-            (1, "default", 7, StoredState::Ready, "ready job".into()),
+            (1, "default", 7, DurableState::Ready, "ready job".into()),
             (
                 2,
                 "emails",
                 20,
-                StoredState::Delayed {
-                    until_ms: 1_700_000_060_000
+                DurableState::Delayed {
+                    until: 1_700_000_060_000
                 },
                 "delayed job".into()
             ),
-            (3, "emails", 30, StoredState::Buried, "buried job".into()),
+            (3, "emails", 30, DurableState::Buried, "buried job".into()),
         ]
     );
-    assert_eq!(recovered.far_delayed, [("far".to_string(), 1)]);
+    assert_eq!(recovered.far_delayed, [(tube("far"), 1)]);
     let far = store.get(4).unwrap().expect("far job stored");
     assert_eq!(
         far.state,
-        StoredState::Delayed {
-            until_ms: 4_000_000_000_000
+        DurableState::Delayed {
+            until: 4_000_000_000_000
         }
     );
     assert_eq!(&far.body[..], b"far job");

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Condvar, Mutex};
 
 use tickwheel_store::{
-    DiskOptions, DiskStore, GroupCommit, JobId, JobRecord, MemStore, Mutation, Recovered, Store,
+    Change, DiskOptions, DiskStore, GroupCommit, JobId, JobRecord, MemStore, Recovered, Store,
     StoreError,
 };
 
@@ -25,7 +25,7 @@ fn many_threads_every_acknowledged_put_is_durable() {
                     let mut acked = Vec::new();
                     for i in 0..PER_THREAD {
                         let id = t * 1000 + i;
-                        store.commit(&[Mutation::Put(ready(id, "t"))]).unwrap();
+                        store.commit(&[Change::Put(ready(id, "t"))]).unwrap();
                         // Visible as soon as the commit returned.
                         assert_eq!(store.get(id).unwrap(), Some(ready(id, "t")));
                         acked.push(id);
@@ -66,16 +66,13 @@ struct Gated {
 }
 
 impl Store for Gated {
-    fn commit(&self, batch: &[Mutation]) -> Result<(), StoreError> {
+    fn commit(&self, batch: &[Change]) -> Result<(), StoreError> {
         let mut open = self.open.lock().unwrap();
         while !*open {
             open = self.cv.wait(open).unwrap();
         }
         self.commits.lock().unwrap().push(batch.len());
         self.inner.commit(batch)
-    }
-    fn reserve_ids(&self, end: JobId) -> Result<(), StoreError> {
-        self.inner.reserve_ids(end)
     }
     fn recover(&self, w: u64) -> Result<Recovered, StoreError> {
         self.inner.recover(w)
@@ -94,7 +91,7 @@ fn waiting_batches_merge_into_one_store_commit() {
     let store = Arc::new(GroupCommit::new(Gated::default()));
     let first = {
         let store = Arc::clone(&store);
-        std::thread::spawn(move || store.commit(&[Mutation::Put(ready(0, "t"))]))
+        std::thread::spawn(move || store.commit(&[Change::Put(ready(0, "t"))]))
     };
     // Wait until the committer holds the first batch (it is no longer pending).
     while store.stats().caller_commits < 1 {
@@ -104,10 +101,7 @@ fn waiting_batches_merge_into_one_store_commit() {
         .map(|id| {
             let store = Arc::clone(&store);
             std::thread::spawn(move || {
-                store.commit(&[
-                    Mutation::Put(ready(id, "t")),
-                    Mutation::Delete { id: 10_000 },
-                ])
+                store.commit(&[Change::Put(ready(id, "t")), Change::Delete { id: 10_000 }])
             })
         })
         .collect();
@@ -134,12 +128,110 @@ fn waiting_batches_merge_into_one_store_commit() {
 fn invalid_batch_is_refused_alone() {
     let store = GroupCommit::new(MemStore::new());
     let mut bad = ready(1, "t");
-    bad.tube = "x".repeat(300);
+    bad.body = bytes::Bytes::from(vec![0u8; tickwheel_store::MAX_BODY_LEN + 1]);
     assert!(matches!(
-        store.commit(&[Mutation::Put(bad)]),
+        store.commit(&[Change::Put(bad)]),
         Err(StoreError::TooLarge { .. })
     ));
-    store.commit(&[Mutation::Put(ready(2, "t"))]).unwrap();
+    store.commit(&[Change::Put(ready(2, "t"))]).unwrap();
     assert!(store.get(2).unwrap().is_some());
     assert_eq!(store.stats().caller_commits, 1);
+}
+
+#[test]
+fn dropping_the_group_commits_what_nobody_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = GroupCommit::new(DiskStore::open(dir.path(), DiskOptions::default()).unwrap());
+        let ticket = store.submit(vec![Change::Put(ready(1, "t"))]).unwrap();
+        drop(ticket);
+        assert_eq!(
+            store.stats().store_commits,
+            0,
+            "nobody waited: nothing committed yet"
+        );
+    }
+    let store = DiskStore::open(dir.path(), DiskOptions::default()).unwrap();
+    assert_eq!(store.get(1).unwrap(), Some(ready(1, "t")));
+}
+
+#[test]
+fn a_later_ticket_covers_every_earlier_batch() {
+    let store = GroupCommit::new(Gated::default());
+    *store.inner().open.lock().unwrap() = true;
+    let first = store.submit(vec![Change::Put(ready(1, "t"))]).unwrap();
+    let second = store
+        .submit(vec![
+            Change::ReserveIds { end: 100 },
+            Change::Put(ready(2, "t")),
+        ])
+        .unwrap();
+    second.wait().unwrap();
+    // One store commit for both batches, in order; the first ticket is settled too.
+    assert_eq!(*store.inner().commits.lock().unwrap(), vec![3]);
+    first.wait().unwrap();
+    assert_eq!(store.stats().store_commits, 1);
+    assert_eq!(store.recover(0).unwrap().next_id, 100);
+}
+
+#[test]
+fn with_a_committer_thread_every_acknowledged_put_is_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Arc::new(
+            GroupCommit::with_thread(DiskStore::open(dir.path(), DiskOptions::default()).unwrap())
+                .unwrap(),
+        );
+        let handles: Vec<_> = (0..8u64)
+            .map(|t| {
+                let store = Arc::clone(&store);
+                std::thread::spawn(move || {
+                    for i in 0..20 {
+                        store
+                            .commit(&[Change::Put(ready(t * 100 + i, "t"))])
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        // Submitted and never waited for: the thread commits it anyway before it stops.
+        drop(store.submit(vec![Change::Put(ready(999, "t"))]).unwrap());
+    }
+    let store = DiskStore::open(dir.path(), DiskOptions::default()).unwrap();
+    assert_eq!(store.recover(0).unwrap().resident.len(), 8 * 20 + 1);
+}
+
+/// The ticket's future, polled by hand: pending while the (gated) committer thread commits,
+/// ready once it is done, and woken by it.
+#[test]
+fn a_ticket_future_is_woken_by_the_committer() {
+    use std::future::Future as _;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Poll, Wake, Waker};
+
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let woken = Arc::new(Count(AtomicUsize::new(0)));
+    let waker = Waker::from(Arc::clone(&woken));
+    let mut cx = Context::from_waker(&waker);
+
+    let store = GroupCommit::with_thread(Gated::default()).unwrap();
+    let ticket = store.submit(vec![Change::Put(ready(1, "t"))]).unwrap();
+    let mut fut = std::pin::pin!(ticket.durable());
+    // The thread is blocked in the gated commit (or about to be): never ready before the gate.
+    assert!(fut.as_mut().poll(&mut cx).is_pending());
+    *store.inner().open.lock().unwrap() = true;
+    store.inner().cv.notify_all();
+    while woken.0.load(Ordering::SeqCst) == 0 {
+        std::thread::yield_now();
+    }
+    assert!(matches!(fut.as_mut().poll(&mut cx), Poll::Ready(Ok(()))));
+    assert!(store.get(1).unwrap().is_some());
 }

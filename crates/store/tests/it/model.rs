@@ -6,33 +6,35 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use tickwheel_store::{
-    DiskOptions, DiskStore, JobId, JobRecord, MemStore, Mutation, Recovered, Store, StoredState,
+    Change, DiskOptions, DiskStore, DurableState, JobId, JobRecord, MemStore, Recovered, Store,
+    TubeName,
 };
 
-use crate::util::job;
+use crate::util::{due, job};
 
 const IDS: u64 = 16;
 
 #[derive(Clone, Debug)]
 enum Op {
-    Batch(Vec<Mutation>),
+    Batch(Vec<Change>),
     ReserveIds(JobId),
     Reopen,
 }
 
-fn state_strategy() -> impl Strategy<Value = StoredState> {
+fn state_strategy() -> impl Strategy<Value = DurableState> {
     prop_oneof![
-        Just(StoredState::Ready),
-        Just(StoredState::Buried),
-        (0u64..40).prop_map(|until_ms| StoredState::Delayed { until_ms }),
+        Just(DurableState::Ready),
+        Just(DurableState::Buried),
+        (0u64..40).prop_map(|until_ms| DurableState::Delayed { until: until_ms }),
     ]
 }
 
-fn mutation_strategy() -> impl Strategy<Value = Mutation> {
+fn mutation_strategy() -> impl Strategy<Value = Change> {
     prop_oneof![
-        3 => (0..IDS, 0usize..3, state_strategy()).prop_map(|(id, t, s)| Mutation::Put(job(id, ["a", "b", "tube-c"][t], s))),
-        2 => (0..IDS, state_strategy(), 0u32..5).prop_map(|(id, state, priority)| Mutation::Update { id, state, priority }),
-        1 => (0..IDS).prop_map(|id| Mutation::Delete { id }),
+        3 => (0..IDS, 0usize..3, state_strategy()).prop_map(|(id, t, s)| Change::Put(job(id, ["a", "b", "tube-c"][t], s))),
+        2 => (0..IDS, state_strategy(), 0u32..5).prop_map(|(id, state, priority)| Change::Update { id, state, priority }),
+        1 => (0..IDS).prop_map(|id| Change::Delete { id }),
+        1 => (0u64..40).prop_map(|end| Change::ReserveIds { end }),
     ]
 }
 
@@ -51,36 +53,37 @@ struct Model {
 }
 
 impl Model {
-    fn apply(&mut self, batch: &[Mutation]) {
+    fn apply(&mut self, batch: &[Change]) {
         for m in batch {
             match m {
-                Mutation::Put(r) => {
+                Change::Put(r) => {
                     self.next_id = self.next_id.max(r.id + 1);
                     self.jobs.insert(r.id, r.clone());
                 }
-                Mutation::Update {
+                Change::Update {
                     id,
                     state,
                     priority,
                 } => {
                     if let Some(r) = self.jobs.get_mut(id) {
-                        r.state = state.clone();
+                        r.state = *state;
                         r.priority = *priority;
                     }
                 }
-                Mutation::Delete { id } => {
+                Change::Delete { id } => {
                     self.jobs.remove(id);
                 }
+                Change::ReserveIds { end } => self.next_id = self.next_id.max(*end),
             }
         }
     }
 
     fn recover(&self, window: u64) -> Recovered {
-        let mut far: BTreeMap<String, u64> = BTreeMap::new();
+        let mut far: BTreeMap<TubeName, u64> = BTreeMap::new();
         let mut resident = Vec::new();
         for r in self.jobs.values() {
             match r.state {
-                StoredState::Delayed { until_ms } if until_ms >= window => {
+                DurableState::Delayed { until } if until >= window => {
                     *far.entry(r.tube.clone()).or_default() += 1;
                 }
                 _ => resident.push(r.clone()),
@@ -97,10 +100,10 @@ impl Model {
         let mut v: Vec<_> = self
             .jobs
             .values()
-            .filter(|r| matches!(r.state, StoredState::Delayed { until_ms } if from <= until_ms && until_ms < to))
+            .filter(|r| matches!(r.state, DurableState::Delayed { until } if from <= until && until < to))
             .cloned()
             .collect();
-        v.sort_by_key(|r| (r.until_ms(), r.id));
+        v.sort_by_key(|r| (due(r), r.id));
         v.truncate(limit);
         v
     }

@@ -2,10 +2,10 @@
 //! `next_id` never goes backwards, and the format version is checked.
 
 use tickwheel_store::{
-    DiskOptions, DiskStore, Durability, Mutation, Store, StoreError, StoredState,
+    Change, DiskOptions, DiskStore, Durability, DurableState, Store, StoreError,
 };
 
-use crate::util::{delayed, ready};
+use crate::util::{delayed, ready, tube};
 
 fn open(dir: &std::path::Path) -> DiskStore {
     DiskStore::open(dir, DiskOptions::default()).unwrap()
@@ -17,14 +17,14 @@ fn committed_jobs_survive_reopen_and_deleted_ones_stay_deleted() {
     {
         let s = open(dir.path());
         let batch: Vec<_> = (1..=50)
-            .map(|id| Mutation::Put(delayed(id, "t", id * 1000)))
+            .map(|id| Change::Put(delayed(id, "t", id * 1000)))
             .collect();
         s.commit(&batch).unwrap();
-        s.commit(&[Mutation::Delete { id: 7 }, Mutation::Delete { id: 50 }])
+        s.commit(&[Change::Delete { id: 7 }, Change::Delete { id: 50 }])
             .unwrap();
-        s.commit(&[Mutation::Update {
+        s.commit(&[Change::Update {
             id: 3,
-            state: StoredState::Buried,
+            state: DurableState::Buried,
             priority: 9,
         }])
         .unwrap();
@@ -33,7 +33,7 @@ fn committed_jobs_survive_reopen_and_deleted_ones_stay_deleted() {
     assert_eq!(s.get(7).unwrap(), None);
     assert_eq!(s.get(50).unwrap(), None);
     let three = s.get(3).unwrap().unwrap();
-    assert_eq!((three.state, three.priority), (StoredState::Buried, 9));
+    assert_eq!((three.state, three.priority), (DurableState::Buried, 9));
     assert_eq!(s.get(4).unwrap(), Some(delayed(4, "t", 4000)));
     // Next id stays past the deleted maximum.
     let r = s.recover(10_500).unwrap();
@@ -42,7 +42,7 @@ fn committed_jobs_survive_reopen_and_deleted_ones_stay_deleted() {
     let ids: Vec<_> = r.resident.iter().map(|j| j.id).collect();
     assert_eq!(ids, vec![1, 2, 3, 4, 5, 6, 8, 9, 10]);
     // Far: 11..=49 = 39 jobs.
-    assert_eq!(r.far_delayed, vec![("t".to_string(), 39)]);
+    assert_eq!(r.far_delayed, vec![(tube("t"), 39)]);
 }
 
 #[test]
@@ -53,9 +53,9 @@ fn next_id_never_goes_backwards() {
         s.reserve_ids(100).unwrap();
         s.reserve_ids(50).unwrap();
         assert_eq!(s.recover(0).unwrap().next_id, 100);
-        s.commit(&[Mutation::Put(ready(150, "t"))]).unwrap();
-        s.commit(&[Mutation::Delete { id: 150 }]).unwrap();
-        s.commit(&[Mutation::Put(ready(20, "t"))]).unwrap();
+        s.commit(&[Change::Put(ready(150, "t"))]).unwrap();
+        s.commit(&[Change::Delete { id: 150 }]).unwrap();
+        s.commit(&[Change::Put(ready(20, "t"))]).unwrap();
     }
     let s = open(dir.path());
     assert_eq!(s.recover(0).unwrap().next_id, 151);
@@ -69,17 +69,17 @@ fn far_delayed_counts_track_moves_between_tubes_and_states() {
     let dir = tempfile::tempdir().unwrap();
     let s = open(dir.path());
     s.commit(&[
-        Mutation::Put(delayed(1, "a", 5_000)),
-        Mutation::Put(delayed(2, "a", 6_000)),
-        Mutation::Put(delayed(3, "b", 7_000)),
+        Change::Put(delayed(1, "a", 5_000)),
+        Change::Put(delayed(2, "a", 6_000)),
+        Change::Put(delayed(3, "b", 7_000)),
     ])
     .unwrap();
     // Same job put again in another tube, then kicked to ready within one batch.
     s.commit(&[
-        Mutation::Put(delayed(2, "b", 9_000)),
-        Mutation::Update {
+        Change::Put(delayed(2, "b", 9_000)),
+        Change::Update {
             id: 1,
-            state: StoredState::Ready,
+            state: DurableState::Ready,
             priority: 0,
         },
     ])
@@ -87,7 +87,7 @@ fn far_delayed_counts_track_moves_between_tubes_and_states() {
     drop(s);
     let s = open(dir.path());
     let r = s.recover(0).unwrap();
-    assert_eq!(r.far_delayed, vec![("b".to_string(), 2)]);
+    assert_eq!(r.far_delayed, vec![(tube("b"), 2)]);
     assert_eq!(r.resident.iter().map(|j| j.id).collect::<Vec<_>>(), vec![1]);
     assert_eq!(
         s.delayed_between(0, 8_000, 10)
@@ -104,22 +104,22 @@ fn oversized_values_are_refused_without_poisoning() {
     let dir = tempfile::tempdir().unwrap();
     let s = open(dir.path());
     let mut big = ready(1, "t");
-    big.tube = "x".repeat(201);
+    big.body = bytes::Bytes::from(vec![0u8; tickwheel_store::MAX_BODY_LEN + 1]);
     let err = s
-        .commit(&[Mutation::Put(ready(2, "t")), Mutation::Put(big)])
+        .commit(&[Change::Put(ready(2, "t")), Change::Put(big)])
         .unwrap_err();
     assert!(
         matches!(
             err,
             StoreError::TooLarge {
-                what: "tube name",
+                what: "job body",
                 ..
             }
         ),
         "{err}"
     );
     assert_eq!(s.get(2).unwrap(), None, "a refused batch is refused whole");
-    s.commit(&[Mutation::Put(ready(3, "t"))]).unwrap();
+    s.commit(&[Change::Put(ready(3, "t"))]).unwrap();
     assert!(s.get(3).unwrap().is_some());
 }
 
@@ -161,7 +161,7 @@ fn every_durability_mode_survives_a_clean_reopen() {
         let dir = tempfile::tempdir().unwrap();
         {
             let s = DiskStore::open(dir.path(), DiskOptions::with_durability(durability)).unwrap();
-            s.commit(&[Mutation::Put(ready(1, "t"))]).unwrap();
+            s.commit(&[Change::Put(ready(1, "t"))]).unwrap();
         }
         let s = open(dir.path());
         assert_eq!(s.get(1).unwrap(), Some(ready(1, "t")), "{durability:?}");

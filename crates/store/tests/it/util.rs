@@ -3,26 +3,38 @@
 use std::path::Path;
 
 use bytes::Bytes;
-use tickwheel_store::{JobId, JobRecord, StoredState};
+use tickwheel_store::{DurableState, JobId, JobRecord, TubeName};
 
-pub fn job(id: JobId, tube: &str, state: StoredState) -> JobRecord {
+pub fn job(id: JobId, tube: &str, state: DurableState) -> JobRecord {
     JobRecord {
         id,
-        tube: tube.to_owned(),
+        tube: TubeName::new(tube).expect("valid tube name"),
         priority: (id % 7) as u32,
-        ttr_ms: 1000 + id,
+        ttr: 1000 + id,
         state,
-        created_ms: id * 3,
+        created: id * 3,
         body: Bytes::from(format!("body of job {id}").into_bytes()),
     }
 }
 
+pub fn tube(name: &str) -> TubeName {
+    TubeName::new(name).expect("valid tube name")
+}
+
+/// The due time of a delayed record.
+pub fn due(r: &JobRecord) -> Option<u64> {
+    match r.state {
+        DurableState::Delayed { until } => Some(until),
+        _ => None,
+    }
+}
+
 pub fn delayed(id: JobId, tube: &str, until_ms: u64) -> JobRecord {
-    job(id, tube, StoredState::Delayed { until_ms })
+    job(id, tube, DurableState::Delayed { until: until_ms })
 }
 
 pub fn ready(id: JobId, tube: &str) -> JobRecord {
-    job(id, tube, StoredState::Ready)
+    job(id, tube, DurableState::Ready)
 }
 
 /// xorshift64*, so tests need no RNG dependency and replay from a printed seed.

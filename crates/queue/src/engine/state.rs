@@ -1,0 +1,241 @@
+//! State transitions: timers firing, entering and leaving each job state, reservations,
+//! and serving waiting clients.
+
+use super::*;
+
+impl Engine {
+    pub(super) fn job_timer(&mut self, id: JobId) {
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        job.timer = None;
+        match job.state {
+            JobState::Delayed => {
+                let (tube, until) = (job.tube, job.deadline);
+                self.tube_mut(tube).delayed.remove(&(until, id));
+                self.enter_ready(id);
+            }
+            JobState::Reserved if !job.warned => {
+                // The safety margin started: warn the owner if it waits, then wait for the end.
+                job.warned = true;
+                let (owner, deadline) = (job.owner, job.deadline);
+                // The lease ends strictly after its deadline: with whole-millisecond clocks a
+                // reservation taken at 10.9 ms with a 1 s TTR must not end at 1010 ms.
+                job.timer = Some(
+                    self.wheel
+                        .insert(deadline.saturating_add(1), Timer::Job(id)),
+                );
+                if let Some(owner) = owner {
+                    if self
+                        .clients
+                        .get(&owner)
+                        .is_some_and(|c| c.waiting.is_some())
+                    {
+                        self.end_wait(owner);
+                        self.events.push(Event::DeadlineSoon { client: owner });
+                    }
+                }
+            }
+            JobState::Reserved => {
+                job.timeouts += 1;
+                self.job_timeouts += 1;
+                self.leave_state(id);
+                self.enter_ready(id);
+            }
+            JobState::Ready | JobState::Buried => {}
+        }
+    }
+
+    /// Takes a job out of whatever its state keeps it in (queue, timer, owner).
+    pub(super) fn leave_state(&mut self, id: JobId) {
+        let job = self.jobs.get_mut(&id).expect("job exists");
+        if let Some(timer) = job.timer.take() {
+            self.wheel.remove(timer);
+        }
+        let (tube, state, priority, deadline, bury_seq) = (
+            job.tube,
+            job.state,
+            job.priority,
+            job.deadline,
+            job.bury_seq,
+        );
+        let owner = job.owner.take();
+        let t = self.tubes[tube as usize]
+            .as_mut()
+            .expect("job's tube exists");
+        match state {
+            JobState::Ready => t.remove_ready(priority, id),
+            JobState::Delayed => {
+                t.delayed.remove(&(deadline, id));
+            }
+            JobState::Buried => {
+                t.buried.remove(&bury_seq);
+            }
+            JobState::Reserved => {
+                t.reserved -= 1;
+                if let Some(c) = owner.and_then(|o| self.clients.get_mut(&o)) {
+                    c.reserved.remove(&id);
+                }
+            }
+        }
+    }
+
+    pub(super) fn enter_ready(&mut self, id: JobId) {
+        let job = self.job_mut(id);
+        job.state = JobState::Ready;
+        let (tube, priority) = (job.tube, job.priority);
+        self.tube_mut(tube).add_ready(priority, id);
+        // Waiters are served when the operation (or the instant) is complete, so that they
+        // get the most urgent of all the jobs it made ready.
+        self.to_serve.push(tube);
+    }
+
+    pub(super) fn enter_delayed(&mut self, id: JobId, until: Millis) {
+        let timer = self.wheel.insert(until, Timer::Job(id));
+        let job = self.job_mut(id);
+        job.state = JobState::Delayed;
+        job.deadline = until;
+        job.timer = Some(timer);
+        let tube = job.tube;
+        self.tube_mut(tube).delayed.insert((until, id));
+    }
+
+    pub(super) fn enter_buried(&mut self, id: JobId) {
+        self.seq += 1;
+        let seq = self.seq;
+        let job = self.job_mut(id);
+        job.state = JobState::Buried;
+        job.bury_seq = seq;
+        let tube = job.tube;
+        self.tube_mut(tube).buried.insert(seq, id);
+    }
+
+    pub(super) fn kick_one(&mut self, id: JobId) {
+        self.leave_state(id);
+        let job = self.job_mut(id);
+        job.kicks += 1;
+        let priority = job.priority;
+        self.changes.push(Change::Update {
+            id,
+            state: DurableState::Ready,
+            priority,
+        });
+        self.enter_ready(id);
+    }
+
+    /// Hands job `id` (already out of its previous state) to `client`.
+    pub(super) fn reserve_for(&mut self, client: ClientId, id: JobId) -> JobView {
+        let job = self.job_mut(id);
+        let (tube, priority) = (job.tube, job.priority);
+        if job.state == JobState::Ready {
+            self.tube_mut(tube).remove_ready(priority, id);
+        }
+        let job = self.job_mut(id);
+        job.state = JobState::Reserved;
+        job.owner = Some(client);
+        job.reserves += 1;
+        let view = JobView {
+            id,
+            body: job.body.clone(),
+        };
+        self.tube_mut(tube).reserved += 1;
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.reserved.insert(id);
+        }
+        self.arm_reservation(id);
+        view
+    }
+
+    /// Starts (or restarts) a reservation's TTR: a timer at the safety margin, then at the end.
+    pub(super) fn arm_reservation(&mut self, id: JobId) {
+        let now = self.now();
+        let job = self.jobs.get_mut(&id).expect("job exists");
+        if let Some(timer) = job.timer.take() {
+            self.wheel.remove(timer);
+        }
+        job.deadline = now.saturating_add(job.ttr);
+        job.warned = false;
+        let warn_at = job.deadline.saturating_sub(SAFETY_MARGIN_MS).max(now);
+        job.timer = Some(self.wheel.insert(warn_at, Timer::Job(id)));
+    }
+
+    /// The most urgent ready job across the client's watched, unpaused tubes.
+    pub(super) fn best_ready(&self, client: ClientId) -> Option<JobId> {
+        let c = self.clients.get(&client)?;
+        c.watched
+            .iter()
+            .map(|&t| self.tube(t))
+            .filter(|t| t.paused.is_none())
+            .filter_map(|t| t.ready.iter().next().copied())
+            .min()
+            .map(|(_, id)| id)
+    }
+
+    /// Does the client hold a job in its safety margin?
+    pub(super) fn deadline_soon(&self, client: ClientId) -> bool {
+        let now = self.now();
+        self.clients.get(&client).is_some_and(|c| {
+            c.reserved.iter().any(|id| {
+                self.jobs
+                    .get(id)
+                    .is_some_and(|j| j.deadline.saturating_sub(SAFETY_MARGIN_MS) <= now)
+            })
+        })
+    }
+
+    /// Gives ready jobs of `tube` to its waiting clients, first come first served.
+    pub(super) fn serve_waiters(&mut self, tube: TubeId) {
+        loop {
+            let t = self.tube(tube);
+            if t.paused.is_some() || t.ready.is_empty() {
+                return;
+            }
+            let Some((&seq, &client)) = t.waiters.iter().next() else {
+                return;
+            };
+            debug_assert_eq!(
+                self.clients
+                    .get(&client)
+                    .and_then(|c| c.waiting)
+                    .map(|w| w.seq),
+                Some(seq)
+            );
+            let Some(id) = self.best_ready(client) else {
+                return;
+            };
+            self.end_wait(client);
+            let job = self.reserve_for(client, id);
+            self.events.push(Event::Reserved { client, job });
+        }
+    }
+
+    pub(super) fn end_wait(&mut self, client: ClientId) {
+        let Some(c) = self.clients.get_mut(&client) else {
+            return;
+        };
+        let Some(wait) = c.waiting.take() else {
+            return;
+        };
+        if let Some(timer) = wait.timer {
+            self.wheel.remove(timer);
+        }
+        let watched = c.watched.clone();
+        for tube in watched {
+            self.tube_mut(tube).waiters.remove(&wait.seq);
+        }
+    }
+
+    pub(super) fn check_owner(&self, client: ClientId, id: JobId) -> Result<(), Error> {
+        match self.jobs.get(&id) {
+            Some(job) if job.state == JobState::Reserved && job.owner == Some(client) => Ok(()),
+            _ => Err(Error::NotFound),
+        }
+    }
+
+    pub(super) fn view(&self, id: JobId) -> Option<JobView> {
+        self.jobs.get(&id).map(|job| JobView {
+            id,
+            body: job.body.clone(),
+        })
+    }
+}

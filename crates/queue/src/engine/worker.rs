@@ -1,0 +1,240 @@
+//! Workers: `reserve` (and `reserve-job`), `delete`, `release`, `bury`, `touch`, `kick`.
+
+use super::*;
+
+impl Engine {
+    /// `reserve` / `reserve-with-timeout`: the most urgent ready job of the watched tubes
+    /// (lowest priority, then lowest id; paused tubes skipped). `timeout` `None` waits
+    /// forever, `Some(0)` answers at once.
+    pub fn reserve(&mut self, now: Millis, client: ClientId, timeout: Option<Millis>) -> Reserve {
+        self.advance(now);
+        self.cmd.reserve += 1;
+        let Some(c) = self.clients.get_mut(&client) else {
+            return Reserve::TimedOut;
+        };
+        c.worker = true;
+        if let Some(id) = self.best_ready(client) {
+            return Reserve::Job(self.reserve_for(client, id));
+        }
+        if self.deadline_soon(client) {
+            return Reserve::DeadlineSoon;
+        }
+        if timeout == Some(0) {
+            return Reserve::TimedOut;
+        }
+        self.seq += 1;
+        let seq = self.seq;
+        let timer = timeout.map(|t| {
+            self.wheel
+                .insert(self.now().saturating_add(t), Timer::Wait(client, seq))
+        });
+        let watched = match self.clients.get_mut(&client) {
+            Some(c) => {
+                c.waiting = Some(Wait { seq, timer });
+                c.watched.clone()
+            }
+            None => Vec::new(),
+        };
+        for tube in watched {
+            self.tube_mut(tube).waiters.insert(seq, client);
+        }
+        Reserve::Waiting
+    }
+
+    /// `reserve-job <id>`: reserves a job that is ready, delayed or buried.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] if there is no such job or it is reserved; [`Error::NeedsLoad`] if
+    /// it may be on disk only.
+    pub fn reserve_job(
+        &mut self,
+        now: Millis,
+        client: ClientId,
+        id: JobId,
+    ) -> Result<JobView, Error> {
+        self.advance(now);
+        self.require_job(id)?;
+        self.cmd.reserve_job += 1;
+        match self.clients.get_mut(&client) {
+            Some(c) => c.worker = true,
+            None => return Err(Error::NotFound),
+        }
+        let job = self.jobs.get(&id).ok_or(Error::NotFound)?;
+        if job.state == JobState::Reserved {
+            return Err(Error::NotFound);
+        }
+        if job.state != JobState::Ready {
+            // Reserved jobs are stored as ready: a crash returns the job to ready.
+            self.changes.push(Change::Update {
+                id,
+                state: DurableState::Ready,
+                priority: job.priority,
+            });
+        }
+        self.leave_state(id);
+        Ok(self.reserve_for(client, id))
+    }
+
+    /// `delete <id>`: a job reserved by this client, or ready, delayed or buried.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] if there is no such job or another client holds it;
+    /// [`Error::NeedsLoad`] if it may be on disk only.
+    pub fn delete(&mut self, now: Millis, client: ClientId, id: JobId) -> Result<(), Error> {
+        self.advance(now);
+        self.require_job(id)?;
+        self.cmd.delete += 1;
+        let job = self.jobs.get(&id).ok_or(Error::NotFound)?;
+        if job.state == JobState::Reserved && job.owner != Some(client) {
+            return Err(Error::NotFound);
+        }
+        let tube = job.tube;
+        self.leave_state(id);
+        self.jobs.remove(&id);
+        self.tube_mut(tube).cmd_delete += 1;
+        self.changes.push(Change::Delete { id });
+        self.drop_if_unused(tube);
+        Ok(())
+    }
+
+    /// `release <id> <pri> <delay>`: a job reserved by this client goes back to ready (or
+    /// delayed) with a new priority.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] unless this client holds the job.
+    pub fn release(
+        &mut self,
+        now: Millis,
+        client: ClientId,
+        id: JobId,
+        priority: u32,
+        delay: Millis,
+    ) -> Result<(), Error> {
+        self.advance(now);
+        self.cmd.release += 1;
+        self.check_owner(client, id)?;
+        self.leave_state(id);
+        let until = self.now().saturating_add(delay);
+        let job = self.job_mut(id);
+        job.priority = priority;
+        job.releases += 1;
+        job.delay = delay;
+        if delay == 0 {
+            self.changes.push(Change::Update {
+                id,
+                state: DurableState::Ready,
+                priority,
+            });
+            self.enter_ready(id);
+        } else {
+            self.changes.push(Change::Update {
+                id,
+                state: DurableState::Delayed { until },
+                priority,
+            });
+            if until >= self.window_end {
+                // Released far into the future: it leaves memory (its counters with it).
+                let tube = self.job_mut(id).tube;
+                self.jobs.remove(&id);
+                self.add_far(tube);
+            } else {
+                self.enter_delayed(id, until);
+            }
+        }
+        self.serve_deferred();
+        Ok(())
+    }
+
+    /// `bury <id> <pri>`: a job reserved by this client is buried with a new priority.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] unless this client holds the job.
+    pub fn bury(
+        &mut self,
+        now: Millis,
+        client: ClientId,
+        id: JobId,
+        priority: u32,
+    ) -> Result<(), Error> {
+        self.advance(now);
+        self.cmd.bury += 1;
+        self.check_owner(client, id)?;
+        self.leave_state(id);
+        let job = self.job_mut(id);
+        job.priority = priority;
+        job.buries += 1;
+        self.changes.push(Change::Update {
+            id,
+            state: DurableState::Buried,
+            priority,
+        });
+        self.enter_buried(id);
+        Ok(())
+    }
+
+    /// `touch <id>`: the reservation of a job this client holds restarts its TTR.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] unless this client holds the job.
+    pub fn touch(&mut self, now: Millis, client: ClientId, id: JobId) -> Result<(), Error> {
+        self.advance(now);
+        self.cmd.touch += 1;
+        self.check_owner(client, id)?;
+        self.arm_reservation(id);
+        Ok(())
+    }
+
+    /// `kick <bound>` on the client's used tube: up to `bound` buried jobs become ready, or,
+    /// if none is buried, up to `bound` delayed jobs (earliest first). Returns how many.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NeedsLoad`] if the tube's earliest delayed jobs may be on disk only.
+    pub fn kick(&mut self, now: Millis, client: ClientId, bound: u64) -> Result<u64, Error> {
+        self.advance(now);
+        self.require_front(client, bound, true)?;
+        self.cmd.kick += 1;
+        let Some(tube) = self.clients.get(&client).map(|c| c.used) else {
+            return Ok(0);
+        };
+        let mut kicked = 0;
+        let from_buried = !self.tube(tube).buried.is_empty();
+        while kicked < bound {
+            let t = self.tube(tube);
+            let next = if from_buried {
+                t.buried.values().next().copied()
+            } else {
+                t.delayed.iter().next().map(|&(_, id)| id)
+            };
+            let Some(id) = next else { break };
+            self.kick_one(id);
+            kicked += 1;
+        }
+        self.serve_deferred();
+        Ok(kicked)
+    }
+
+    /// `kick-job <id>`: a buried or delayed job becomes ready.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] if there is no such job or it is ready or reserved;
+    /// [`Error::NeedsLoad`] if it may be on disk only.
+    pub fn kick_job(&mut self, now: Millis, id: JobId) -> Result<(), Error> {
+        self.advance(now); // beanstalkd counts kick-job in no `cmd-*` counter
+        self.require_job(id)?;
+        match self.jobs.get(&id).map(|j| j.state) {
+            Some(JobState::Buried | JobState::Delayed) => {
+                self.kick_one(id);
+                self.serve_deferred();
+                Ok(())
+            }
+            _ => Err(Error::NotFound),
+        }
+    }
+}
