@@ -265,7 +265,7 @@ impl Inner {
             if job.core().state.load(Ordering::SeqCst) != WAITING {
                 dropped = core.wheel.remove(key);
                 false
-            } else if self.is_shutting_down() && job.cancel_repeating() {
+            } else if self.run_state() == SHUTTING_DOWN && job.cancel_repeating() {
                 dropped = core.wheel.remove(key);
                 core.cancelled += 1;
                 core.reserved -= 1;
@@ -345,7 +345,8 @@ impl Inner {
         let (mut due, swept) = {
             let mut core = self.core.lock();
             core.sleep_until = AWAKE;
-            let swept = if self.is_shutting_down() && !core.swept_repeating {
+            // Only a graceful shutdown cancels repeating tasks; after `stop` they are returned.
+            let swept = if self.run_state() == SHUTTING_DOWN && !core.swept_repeating {
                 self.sweep_repeating(&mut core)
             } else {
                 Vec::new()

@@ -363,3 +363,39 @@ fn many_producers_schedule_and_cancel_concurrently() {
     assert_eq!(m.fired + m.cancelled, 20_000);
     assert_eq!(timer.pending(), 0);
 }
+
+/// Regression (issue 13): `stop` dropped pending repeating tasks instead of returning them,
+/// because the driver's last turn swept them as if for a graceful shutdown.
+#[test]
+fn stop_returns_pending_repeating_tasks_too() {
+    let (timer, clock) = manual(1);
+    let start = clock.now();
+    timer
+        .schedule(Duration::from_secs(5), || ())
+        .expect("one-shot");
+    timer
+        .schedule_repeating(
+            Duration::from_secs(10),
+            Duration::from_secs(1),
+            MissedTickBehavior::Skip,
+            || (),
+        )
+        .expect("repeating");
+    let left = timer.stop();
+    let seen: Vec<_> = left
+        .iter()
+        .map(|t| (t.deadline() - start, t.period()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (Duration::from_secs(5), None),
+            (Duration::from_secs(10), Some(Duration::from_secs(1)))
+        ]
+    );
+    assert_eq!(
+        timer.metrics().cancelled,
+        2,
+        "both counted once, as returned"
+    );
+}
