@@ -42,7 +42,7 @@ fn main() {
             std::thread::sleep(Duration::from_millis(100));
             let before = rss_bytes();
             for i in 0..N {
-                drop(timer.schedule(delay(i), || ()).expect("schedule"));
+                let _handle = timer.schedule(delay(i), || ()).expect("schedule");
             }
             std::thread::sleep(Duration::from_millis(200));
             per_timer("tickwheel, handles dropped", before);

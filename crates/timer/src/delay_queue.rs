@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tickwheel_core::{TimerKey, Wheel};
 
-use crate::driver::{far_future, Inner};
+use crate::driver::Inner;
 use crate::sleep::Sleep;
 use crate::sync::Arc;
 use crate::timer::Timer;
@@ -113,7 +113,7 @@ impl<T> DelayQueue<T> {
         let now = inner.now_tick();
         let mut wheel = Wheel::starting_at(now);
         wheel.reserve(capacity);
-        let sleep = timer.sleep_until(far_future());
+        let sleep = timer.sleep_until(inner.far_future());
         DelayQueue {
             inner,
             wheel,
@@ -162,7 +162,7 @@ impl<T> DelayQueue<T> {
             .clock
             .now()
             .checked_add(delay)
-            .unwrap_or_else(far_future);
+            .unwrap_or_else(|| self.inner.far_future());
         self.reset_at(key, at)
     }
 

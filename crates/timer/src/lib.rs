@@ -21,7 +21,7 @@
 //! let tx2 = tx.clone();
 //! let soon = timer.schedule(Duration::from_millis(2), move || tx2.send("soon").unwrap())?;
 //! let never = timer.schedule(Duration::from_secs(3600), || println!("an hour later"))?;
-//! assert!(never.cancel()); // O(1); the closure is dropped now
+//! assert!(timer.cancel(never)); // O(1); the closure is dropped now
 //!
 //! let ping = timer.schedule_repeating(
 //!     Duration::from_millis(1),
@@ -33,8 +33,8 @@
 //! while seen.len() < 3 {
 //!     seen.push(rx.recv_timeout(Duration::from_secs(10))?);
 //! }
-//! ping.cancel();
-//! assert!(seen.contains(&"soon") || soon.state() != TaskState::Cancelled);
+//! timer.cancel(ping);
+//! assert!(seen.contains(&"soon") || timer.state(soon) != TaskState::Cancelled);
 //! assert_eq!(timer.stop().len(), 0); // nothing left that never ran
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -83,6 +83,7 @@ mod driver;
 mod error;
 mod interval;
 mod metrics;
+mod shard;
 mod sleep;
 mod sync;
 mod task;

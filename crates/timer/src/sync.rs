@@ -1,6 +1,6 @@
 //! One place that chooses between `std` and `loom` synchronisation (STYLE.md §8).
 //!
-//! Crate code imports atomics, and mutexes from here, never from `std`,
+//! Crate code imports atomics, mutexes and condition variables from here, never from `std`,
 //! so `RUSTFLAGS="--cfg loom"` swaps every primitive whose interleavings matter for loom's
 //! model-checked ones. `Arc` stays `std`'s in both builds: reference counting is not one of
 //! the races we model, and loom's `Arc` cannot hold a `dyn` job.
@@ -42,5 +42,35 @@ impl<T> Mutex<T> {
         self.inner
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A condition variable for [`Mutex`], ignoring poisoning like it.
+#[derive(Debug)]
+pub(crate) struct Condvar {
+    #[cfg(not(loom))]
+    inner: std::sync::Condvar,
+    #[cfg(loom)]
+    inner: loom::sync::Condvar,
+}
+
+impl Condvar {
+    pub(crate) fn new() -> Self {
+        Condvar {
+            #[cfg(not(loom))]
+            inner: std::sync::Condvar::new(),
+            #[cfg(loom)]
+            inner: loom::sync::Condvar::new(),
+        }
+    }
+
+    pub(crate) fn wait<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+        self.inner
+            .wait(guard)
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn notify_all(&self) {
+        self.inner.notify_all();
     }
 }

@@ -65,8 +65,10 @@ fn cancel_vs_fire() {
                 r.fetch_add(1, SeqCst);
             })
             .expect("schedule");
-        let h = handle.clone();
-        let canceller = thread::spawn(move || h.cancel());
+        let canceller = {
+            let timer = timer.clone();
+            thread::spawn(move || timer.cancel(handle))
+        };
         let driver = {
             let timer = timer.clone();
             thread::spawn(move || {
@@ -87,7 +89,7 @@ fn cancel_vs_fire() {
         } else {
             TaskState::Done
         };
-        assert_eq!(handle.state(), expected);
+        assert_eq!(timer.state(handle), expected);
         assert_eq!(timer.pending(), 0);
     });
 }
@@ -206,8 +208,10 @@ fn cancel_vs_repeating_reinsert() {
                 },
             )
             .expect("schedule");
-        let h = handle.clone();
-        let canceller = thread::spawn(move || h.cancel());
+        let canceller = {
+            let timer = timer.clone();
+            thread::spawn(move || timer.cancel(handle))
+        };
         let driver = {
             let timer = timer.clone();
             thread::spawn(move || {
@@ -225,7 +229,7 @@ fn cancel_vs_repeating_reinsert() {
         clock.advance(Duration::from_millis(5));
         timer.__turn();
         assert_eq!(runs.load(SeqCst), after, "no run starts after the cancel");
-        assert_eq!(handle.state(), TaskState::Cancelled);
+        assert_eq!(timer.state(handle), TaskState::Cancelled);
         assert_eq!(timer.pending(), 0);
         assert_eq!(timer.stop().len(), 0);
     });

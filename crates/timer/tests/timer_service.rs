@@ -62,10 +62,10 @@ fn a_timer_does_not_fire_before_its_deadline_on_a_manual_clock() {
         rx.recv_timeout(Duration::from_millis(50)).is_err(),
         "fired early"
     );
-    assert_eq!(handle.state(), TaskState::Waiting);
+    assert_eq!(timer.state(handle), TaskState::Waiting);
     clock.advance(Duration::from_millis(1));
     rx.recv_timeout(WAIT).expect("fired at its deadline");
-    eventually("done", || handle.state() == TaskState::Done);
+    eventually("done", || timer.state(handle) == TaskState::Done);
 }
 
 #[test]
@@ -102,14 +102,14 @@ fn cancel_prevents_the_run_and_drops_the_closure_at_once() {
         .expect("schedule");
     assert_eq!(Arc::strong_count(&token), 2);
     assert_eq!(timer.pending(), 1);
-    assert!(handle.cancel());
+    assert!(timer.cancel(handle));
     assert_eq!(
         Arc::strong_count(&token),
         1,
         "closure dropped by cancel, not at its deadline"
     );
-    assert!(!handle.cancel());
-    assert_eq!(handle.state(), TaskState::Cancelled);
+    assert!(!timer.cancel(handle));
+    assert_eq!(timer.state(handle), TaskState::Cancelled);
     assert_eq!(timer.pending(), 0);
     assert_eq!(timer.metrics().cancelled, 1);
     assert!(timer.stop().is_empty());
@@ -124,8 +124,8 @@ fn cancel_after_the_run_returns_false() {
         .expect("schedule");
     clock.advance(Duration::from_millis(1));
     rx.recv_timeout(WAIT).expect("ran");
-    eventually("done", || handle.state() == TaskState::Done);
-    assert!(!handle.cancel());
+    eventually("done", || timer.state(handle) == TaskState::Done);
+    assert!(!timer.cancel(handle));
     assert_eq!(timer.metrics().fired, 1);
 }
 
@@ -182,7 +182,7 @@ fn max_pending_refuses_and_gives_the_task_back() {
     assert_eq!(err.to_string().chars().last(), Some('.'));
     (err.into_inner())();
     assert_eq!(rx.try_recv(), Ok(42), "the refused task comes back");
-    assert!(second.cancel());
+    assert!(timer.cancel(second));
     timer
         .schedule(Duration::from_secs(1), || ())
         .expect("room again after a cancel");
@@ -251,7 +251,7 @@ fn graceful_shutdown_waits_for_scheduled_tasks() {
         3,
         "every one-shot ran before shutdown returned"
     );
-    assert_eq!(repeating.state(), TaskState::Cancelled);
+    assert_eq!(timer.state(repeating), TaskState::Cancelled);
     assert!(timer
         .schedule(Duration::ZERO, || ())
         .expect_err("closed")
@@ -283,14 +283,14 @@ fn repeating_tasks_follow_the_missed_tick_policy() {
         eventually("first run", || runs.load(Ordering::SeqCst) >= 1);
         std::thread::sleep(Duration::from_millis(30));
         assert_eq!(runs.load(Ordering::SeqCst), expected_runs, "{behavior:?}");
-        let next = handle.deadline() - start;
+        let next = timer.deadline(handle).expect("waiting for its next run") - start;
         let expected_next = match behavior {
             MissedTickBehavior::Burst => Duration::from_millis(60),
             MissedTickBehavior::Skip => Duration::from_millis(60),
             _ => Duration::from_millis(65),
         };
         assert_eq!(next, expected_next, "{behavior:?}");
-        assert!(handle.cancel());
+        assert!(timer.cancel(handle));
     }
 }
 
@@ -321,11 +321,11 @@ fn dropping_the_last_timer_joins_its_threads() {
 fn far_deadlines_are_accepted() {
     let (timer, _clock) = manual(0);
     let h = timer.schedule(Duration::MAX, || ()).expect("Duration::MAX");
-    assert_eq!(h.state(), TaskState::Waiting);
+    assert_eq!(timer.state(h), TaskState::Waiting);
     let h2 = timer
         .schedule(Duration::from_secs(86_400 * 365 * 100), || ())
         .expect("a century");
-    assert!(h.cancel() && h2.cancel());
+    assert!(timer.cancel(h) && timer.cancel(h2));
 }
 
 #[test]
@@ -345,7 +345,7 @@ fn many_producers_schedule_and_cancel_concurrently() {
                             fired.fetch_add(1, Ordering::SeqCst);
                         })
                         .expect("schedule");
-                    if i % 2 == 0 && h.cancel() {
+                    if i % 2 == 0 && timer.cancel(h) {
                         continue;
                     }
                     kept += 1;
