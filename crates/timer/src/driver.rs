@@ -37,7 +37,7 @@ use crossbeam_utils::CachePadded;
 use crate::clock::{Clock, TickSource};
 use crate::metrics::Counters;
 use crate::shard::{Due, Fire, Shard, Task, Work, AWAKE, CANCELLED, DONE};
-use crate::sync::{Arc, AtomicU8, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::sync::{Arc, AtomicU64, AtomicU8, AtomicUsize, Condvar, Mutex, Ordering};
 use crate::task::{PendingTask, Tally};
 
 pub(crate) const RUN: u8 = 0;
@@ -74,6 +74,8 @@ pub(crate) struct Inner {
     pub(crate) ticks: TickSource,
     pub(crate) resolution: Duration,
     pub(crate) max_pending: usize,
+    /// `max_pending / shards`: below it a shard need not look at the others.
+    share: usize,
     run_state: AtomicU8,
     pub(crate) counters: Counters,
     shards: Box<[CachePadded<ShardCell>]>,
@@ -85,6 +87,8 @@ pub(crate) struct Inner {
     returned: Mutex<Vec<PendingTask>>,
     /// The driver's buffer, kept between turns.
     due: Mutex<Due>,
+    /// The tick the driver last parked towards (driver only; see `turn`).
+    target: AtomicU64,
 }
 
 /// Seeds of slot generations: far apart per shard and per timer, so a handle of one timer
@@ -105,15 +109,17 @@ impl Inner {
     ) -> Self {
         let origin = clock.now();
         let ticks = TickSource::new(origin, resolution);
+        let shards = shards.clamp(1, 1024);
         Inner {
             driver_thread: OnceLock::new(),
             clock,
             ticks,
             resolution,
             max_pending,
+            share: max_pending / shards,
             run_state: AtomicU8::new(RUN),
             counters: Counters::new(),
-            shards: (0..shards.clamp(1, 1024))
+            shards: (0..shards)
                 .map(|_| {
                     CachePadded::new(ShardCell {
                         lock: Mutex::new(Shard::new(gen_seed())),
@@ -126,6 +132,7 @@ impl Inner {
             idle: (Mutex::new(()), Condvar::new()),
             returned: Mutex::new(Vec::new()),
             due: Mutex::new(Due::default()),
+            target: AtomicU64::new(0),
         }
     }
 
@@ -173,7 +180,7 @@ impl Inner {
     /// Exact with one shard; with several, concurrent schedules on other shards may pass
     /// the limit by at most one each.
     pub(crate) fn is_full(&self, i: usize, mine: usize) -> bool {
-        if mine < self.max_pending / self.shards.len() {
+        if mine < self.share {
             return false;
         }
         let others: usize = self
@@ -262,11 +269,19 @@ impl Inner {
         }
     }
 
-    /// One round: fire what is due, then arm the wake-up. Returns the next deadline tick.
+    /// One round: fire what is due, then arm the wake-up. Returns the tick to park
+    /// towards.
+    ///
+    /// That tick is the earliest deadline in any shard, or the previous target if that is
+    /// earlier and still ahead: a producer woke the driver for a timer that was cancelled
+    /// since (schedule + cancel of near timers while far ones wait is the common case), and
+    /// raising the target back to the far timers would make the next such schedule wake
+    /// the driver again. Parking too short is always safe; the driver re-reads the shards.
     pub(crate) fn turn(self: &Arc<Self>) -> Option<u64> {
         let mut due = std::mem::take(&mut *self.due.lock());
         let now = self.now_tick();
-        let mut next: Option<u64> = None;
+        let kept = self.target.load(Ordering::Relaxed);
+        let mut next: Option<u64> = (kept > now).then_some(kept);
         let mut sources = 0;
         for i in 0..self.shards.len() {
             let before = due.fires.len() + due.wakers.len();
@@ -294,6 +309,7 @@ impl Inner {
                 next
             });
         }
+        self.target.store(next.unwrap_or(0), Ordering::Relaxed);
         next
     }
 

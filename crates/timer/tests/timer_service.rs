@@ -399,3 +399,185 @@ fn stop_returns_pending_repeating_tasks_too() {
         "both counted once, as returned"
     );
 }
+
+/// A handle is a key: once its timer is gone and its slot holds a newer timer, the old
+/// handle neither cancels nor reports that newer timer.
+#[test]
+fn a_stale_handle_never_cancels_a_newer_timer_in_its_reused_slot() {
+    let (timer, clock) = manual(1);
+    let old = timer
+        .schedule(Duration::from_secs(60), || ())
+        .expect("schedule");
+    assert!(timer.cancel(old));
+    assert_eq!(
+        timer.state(old),
+        TaskState::Cancelled,
+        "slot not reused yet"
+    );
+    let (tx, rx) = mpsc::channel();
+    let new = timer
+        .schedule(Duration::from_millis(1), move || tx.send(()).expect("send"))
+        .expect("schedule");
+    assert_ne!(old, new);
+    assert!(!timer.cancel(old), "the stale handle cancels nothing");
+    assert_eq!(timer.state(old), TaskState::Unknown);
+    assert_eq!(timer.deadline(old), None);
+    assert_eq!(timer.state(new), TaskState::Waiting);
+    clock.advance(Duration::from_millis(1));
+    rx.recv_timeout(WAIT).expect("the newer timer still fires");
+    eventually("done", || timer.state(new) == TaskState::Done);
+    assert!(!timer.cancel(new));
+    assert_eq!(timer.metrics().cancelled, 1);
+}
+
+/// A handle of one timer means nothing to another.
+#[test]
+fn a_handle_of_another_timer_is_rejected() {
+    let (a, _ca) = manual(0);
+    let (b, _cb) = manual(0);
+    let ha = a.schedule(Duration::from_secs(60), || ()).expect("a");
+    let hb = b.schedule(Duration::from_secs(60), || ()).expect("b");
+    assert!(!b.cancel(ha), "a's handle must not cancel b's timer");
+    assert_eq!(b.state(ha), TaskState::Unknown);
+    assert_eq!(b.state(hb), TaskState::Waiting);
+    assert!(a.cancel(ha) && b.cancel(hb));
+}
+
+/// Issue 13: a repeating task whose run is in progress when `stop` is called is not lost:
+/// `stop` waits for the run and returns the task with its next deadline.
+#[test]
+fn stop_returns_a_repeating_task_whose_run_is_in_progress() {
+    let (timer, clock) = manual(1);
+    let start = clock.now();
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = Arc::clone(&runs);
+    let handle = timer
+        .schedule_repeating(
+            Duration::from_millis(1),
+            Duration::from_secs(10),
+            MissedTickBehavior::Skip,
+            move || {
+                r.fetch_add(1, Ordering::SeqCst);
+                let _ = entered_tx.send(());
+                let _ = release_rx.recv_timeout(WAIT);
+            },
+        )
+        .expect("schedule");
+    clock.advance(Duration::from_millis(1));
+    entered_rx
+        .recv_timeout(WAIT)
+        .expect("the first run started");
+    assert_eq!(timer.state(handle), TaskState::Running);
+    let stopper = {
+        let timer = timer.clone();
+        std::thread::spawn(move || timer.stop())
+    };
+    // Wait until `stop` has begun (schedules are refused), then let the run finish.
+    let mut accepted = 0;
+    eventually("stop began", || {
+        match timer.schedule(Duration::from_secs(1), || ()) {
+            Ok(_) => {
+                accepted += 1;
+                false
+            }
+            Err(e) => e.is_shutdown(),
+        }
+    });
+    release_tx.send(()).expect("release");
+    let left = stopper.join().expect("stop");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let repeating: Vec<_> = left.iter().filter(|t| t.period().is_some()).collect();
+    assert_eq!(repeating.len(), 1, "the running repeating task is returned");
+    assert_eq!(
+        repeating[0].deadline() - start,
+        Duration::from_millis(1) + Duration::from_secs(10),
+        "with its next deadline"
+    );
+    assert_eq!(left.len(), 1 + accepted);
+    assert_eq!(timer.state(handle), TaskState::Cancelled);
+}
+
+/// Cancelling a repeating task while its run is in progress: the run finishes, no further
+/// run starts, and the closure is dropped when the run ends.
+#[test]
+fn cancel_during_a_repeating_run_prevents_further_runs() {
+    let (timer, clock) = manual(1);
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let token = Arc::new(());
+    let held = Arc::clone(&token);
+    let handle = timer
+        .schedule_repeating(
+            Duration::from_millis(1),
+            Duration::from_millis(1),
+            MissedTickBehavior::Burst,
+            move || {
+                let _keep = &held;
+                let _ = entered_tx.send(());
+                let _ = release_rx.recv_timeout(WAIT);
+            },
+        )
+        .expect("schedule");
+    clock.advance(Duration::from_millis(1));
+    entered_rx.recv_timeout(WAIT).expect("running");
+    assert!(timer.cancel(handle), "cancels the runs after this one");
+    assert_eq!(timer.state(handle), TaskState::Cancelled);
+    release_tx.send(()).expect("release");
+    eventually("closure dropped", || Arc::strong_count(&token) == 1);
+    clock.advance(Duration::from_millis(10));
+    assert!(
+        entered_rx.recv_timeout(Duration::from_millis(50)).is_err(),
+        "no run after the cancel"
+    );
+    assert_eq!(timer.pending(), 0);
+}
+
+/// Producers on several threads land on different shards; cancels from other threads
+/// reach the right shard; the driver fires from all of them.
+#[test]
+fn shards_fire_and_cancel_across_threads() {
+    let timer = Timer::builder()
+        .worker_threads(2)
+        .shards(4)
+        .build()
+        .expect("build");
+    let fired = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..4)
+        .map(|t| {
+            let timer = timer.clone();
+            let fired = Arc::clone(&fired);
+            std::thread::spawn(move || {
+                (0..200u64)
+                    .map(|i| {
+                        let fired = Arc::clone(&fired);
+                        let delay =
+                            Duration::from_millis(if i % 2 == 0 { 3_600_000 } else { i % 7 });
+                        (
+                            i,
+                            t,
+                            timer
+                                .schedule(delay, move || {
+                                    fired.fetch_add(1, Ordering::SeqCst);
+                                })
+                                .expect("schedule"),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .flat_map(|t| t.join().expect("producer"))
+        .collect();
+    // Cancel the far ones from this (non-scheduling) thread.
+    for (i, _, h) in &handles {
+        if i % 2 == 0 {
+            assert!(timer.cancel(*h));
+        }
+    }
+    eventually("the near half fired", || {
+        fired.load(Ordering::SeqCst) == 400
+    });
+    assert_eq!(timer.pending(), 0);
+    assert!(timer.stop().is_empty());
+}
