@@ -161,6 +161,16 @@ impl TickSource {
             .and_then(|s| s.checked_add(u64::from(since.subsec_nanos())))
     }
 
+    /// Nanoseconds from the origin to `t`, saturating (for lateness statistics).
+    pub(crate) fn nanos_of_instant(&self, t: Instant) -> u64 {
+        self.nanos_since_origin(t).unwrap_or(u64::MAX)
+    }
+
+    /// Nanoseconds from the origin to the start of `tick`, saturating.
+    pub(crate) fn nanos_of_tick(&self, tick: u64) -> u64 {
+        tick.saturating_mul(self.resolution_ns)
+    }
+
     /// The first tick at or after `deadline`.
     pub(crate) fn tick_ceil(&self, deadline: Instant) -> u64 {
         match self.nanos_since_origin(deadline) {

@@ -53,6 +53,13 @@ type WorkItem = Option<Vec<Fire>>;
 /// microseconds to start.
 const BATCH: usize = 64;
 
+/// The driver takes at most this many due timers out of a shard per lock acquisition.
+const CHUNK: usize = 256;
+
+/// A worker frees the slots of finished callbacks in groups of about this many (one shard
+/// lock per group, taken only if free), and always before it waits for more work.
+const FLUSH: usize = 256;
+
 /// About 30 years: "never" for deadlines beyond `Instant`'s range.
 const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
 
@@ -165,6 +172,15 @@ impl Inner {
             h.get()
         });
         hint % n
+    }
+
+    /// As `with_shard`, if shard `i`'s lock is free now.
+    pub(crate) fn try_with_shard<R>(&self, i: usize, f: impl FnOnce(&mut Shard) -> R) -> Option<R> {
+        let cell = &self.shards[i];
+        let mut shard = cell.lock.try_lock()?;
+        let r = f(&mut shard);
+        cell.pending.store(shard.pending, Ordering::Relaxed);
+        Some(r)
     }
 
     /// Runs `f` on shard `i` under its lock (and publishes its pending count).
@@ -285,11 +301,23 @@ impl Inner {
         let mut sources = 0;
         for i in 0..self.shards.len() {
             let before = due.fires.len() + due.wakers.len();
-            let shard_next = self.with_shard(i, |s| {
-                s.sleep_until = AWAKE;
-                s.take_due(i as u32, now, &mut due);
-                s.wheel.next_deadline()
-            });
+            let mut first = true;
+            let shard_next = loop {
+                let (more, shard_next) = self.with_shard(i, |s| {
+                    if first {
+                        s.sleep_until = AWAKE;
+                    }
+                    let more = s.take_due(i as u32, now, &mut due, CHUNK);
+                    (more, s.wheel.next_deadline())
+                });
+                first = false;
+                if !more {
+                    break shard_next;
+                }
+                // A burst: start the workers on this chunk while we take the next one (and
+                // let producers and finishing workers have the lock in between).
+                self.fire(&mut due);
+            };
             next = min_tick(next, shard_next);
             sources += usize::from(due.fires.len() + due.wakers.len() > before);
         }
@@ -315,19 +343,19 @@ impl Inner {
 
     /// Wakes the async timers and dispatches the callbacks of one turn.
     fn fire(self: &Arc<Self>, due: &mut Due) {
-        let now = self.clock.now();
+        let now = self.ticks.nanos_of_instant(self.clock.now());
+        let late =
+            |tick: u64| Duration::from_nanos(now.saturating_sub(self.ticks.nanos_of_tick(tick)));
         let mut tally = Tally::default();
         for (tick, waker) in due.wakers.drain(..) {
-            self.counters
-                .record_lateness(now.saturating_duration_since(self.instant_of(tick)));
+            self.counters.record_lateness(late(tick));
             tally.fired += 1;
             if let Some(w) = waker {
                 w.wake();
             }
         }
         for f in &due.fires {
-            self.counters
-                .record_lateness(now.saturating_duration_since(self.instant_of(f.tick)));
+            self.counters.record_lateness(late(f.tick));
         }
         match &self.workers {
             Some((tx, _)) => {
@@ -339,7 +367,9 @@ impl Inner {
             }
             None => {
                 let batch = std::mem::take(&mut due.fires);
-                self.run_batch(batch, None);
+                let mut done = Vec::new();
+                self.run_batch(batch, None, &mut done);
+                self.finish_all(&mut done, DONE);
             }
         }
         self.settle(&tally);
@@ -351,13 +381,16 @@ impl Inner {
     /// callback, if more are left and no other batch is waiting (so another worker may be
     /// idle), the rest goes back to the channel for whoever is free. In a burst the channel
     /// is never empty and batches stay whole.
+    ///
+    /// Finished one-shot callbacks are added to `done`, for the caller to free their slots
+    /// (`finish_all`, `flush_some`).
     pub(crate) fn run_batch(
         self: &Arc<Self>,
         mut batch: Vec<Fire>,
         share: Option<(&Sender<WorkItem>, &Receiver<WorkItem>)>,
+        done: &mut Vec<(u32, u32)>,
     ) {
         let mut tally = Tally::default();
-        let mut done: Vec<(u32, u32)> = Vec::new();
         batch.reverse();
         while let Some(fire) = batch.pop() {
             if self.run_state() == STOPPED {
@@ -414,12 +447,37 @@ impl Inner {
                 }
             }
         }
-        self.finish_all(&mut done, DONE);
         self.settle(&tally);
     }
 
+    /// Frees the slots of finished callbacks of shards whose lock is free right now; the
+    /// rest stay in `done` for later.
+    fn flush_some(&self, done: &mut Vec<(u32, u32)>) {
+        done.sort_unstable_by_key(|&(shard, _)| shard);
+        let mut kept = Vec::new();
+        let mut rest = &done[..];
+        let mut any = false;
+        while let Some(&(shard, _)) = rest.first() {
+            let run = rest.iter().take_while(|(s, _)| *s == shard).count();
+            let freed = self.try_with_shard(shard as usize, |s| {
+                for &(_, slot) in &rest[..run] {
+                    s.finish(slot, DONE);
+                }
+            });
+            if freed.is_none() {
+                kept.extend_from_slice(&rest[..run]);
+            }
+            any |= freed.is_some();
+            rest = &rest[run..];
+        }
+        *done = kept;
+        if any {
+            self.released();
+        }
+    }
+
     /// Frees the slots of finished one-shot callbacks, one lock per run of equal shards.
-    fn finish_all(&self, done: &mut Vec<(u32, u32)>, final_state: u8) {
+    pub(crate) fn finish_all(&self, done: &mut Vec<(u32, u32)>, final_state: u8) {
         if done.is_empty() {
             return;
         }
@@ -533,6 +591,10 @@ fn min_tick(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 
 /// A worker thread's loop: run batches of callbacks until told to stop.
 ///
+/// Finished callbacks' slots are freed in groups (`FLUSH`), with a lock that is free at the
+/// time, and always before the worker waits: in a burst, workers then do not queue on the
+/// shard lock the driver takes to move due timers out.
+///
 /// After the dismissal (`None`), batches still queued (a remainder handed back while
 /// `stop` was collecting) are given back rather than lost (`run_batch` sees `STOPPED`).
 pub(crate) fn run_worker(inner: &Arc<Inner>, rx: &Receiver<WorkItem>) {
@@ -540,12 +602,28 @@ pub(crate) fn run_worker(inner: &Arc<Inner>, rx: &Receiver<WorkItem>) {
         Some((tx, _)) if inner.worker_count > 1 => Some((tx, rx)),
         _ => None,
     };
-    while let Ok(Some(batch)) = rx.recv() {
-        inner.run_batch(batch, share);
+    let mut done = Vec::new();
+    loop {
+        let item = match rx.try_recv() {
+            Ok(item) => item,
+            Err(crossbeam_channel::TryRecvError::Empty) => {
+                inner.finish_all(&mut done, DONE);
+                match rx.recv() {
+                    Ok(item) => item,
+                    Err(_) => break,
+                }
+            }
+            Err(crossbeam_channel::TryRecvError::Disconnected) => break,
+        };
+        let Some(batch) = item else { break };
+        inner.run_batch(batch, share, &mut done);
+        if done.len() >= FLUSH {
+            inner.flush_some(&mut done);
+        }
     }
     while let Ok(item) = rx.try_recv() {
         match item {
-            Some(batch) => inner.run_batch(batch, None),
+            Some(batch) => inner.run_batch(batch, None, &mut done),
             None => {
                 // Another worker's dismissal: hand it back, or that worker never exits.
                 if let Some((tx, _)) = &inner.workers {
@@ -555,6 +633,7 @@ pub(crate) fn run_worker(inner: &Arc<Inner>, rx: &Receiver<WorkItem>) {
             }
         }
     }
+    inner.finish_all(&mut done, DONE);
 }
 
 /// Joins threads, skipping the calling one (a callback may drop the last `Timer`).

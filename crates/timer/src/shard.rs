@@ -262,10 +262,14 @@ impl Shard {
         self.wheel.deadline(key)
     }
 
-    /// Takes every timer due at `now` out of the wheel into `due`: callbacks become
-    /// `RUNNING` (their task moves into `due.fires`), async timers `DONE`.
-    pub(crate) fn take_due(&mut self, shard: u32, now: u64, due: &mut Due) {
-        while let Some((_, index)) = self.wheel.poll(now) {
+    /// Takes up to `limit` timers due at `now` out of the wheel into `due`: callbacks
+    /// become `RUNNING` (their task moves into `due.fires`), async timers `DONE`. Returns
+    /// `true` if it stopped at `limit` (more may be due).
+    pub(crate) fn take_due(&mut self, shard: u32, now: u64, due: &mut Due, limit: usize) -> bool {
+        for _ in 0..limit {
+            let Some((_, index)) = self.wheel.poll(now) else {
+                return false;
+            };
             let tick = self.wheel.now();
             let slot = &mut self.slots[index as usize];
             match slot.task.take() {
@@ -294,6 +298,7 @@ impl Shard {
                 Task::Empty => debug_assert!(false, "linked slot {index} holds no task"),
             }
         }
+        true
     }
 
     /// A one-shot run ended (or a fired callback was given back to `stop`).
@@ -389,6 +394,12 @@ impl Shard {
             }
         }
         (work, wakers)
+    }
+
+    /// Slab and wheel capacities, to check that re-arming does not grow them.
+    #[cfg(test)]
+    pub(crate) fn capacities(&self) -> (usize, usize) {
+        (self.slots.capacity(), self.wheel.capacity())
     }
 
     // ---- async timers (`Sleep`) ----

@@ -181,3 +181,51 @@ impl fmt::Debug for Sleep {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{Clock, ManualClock, Timer};
+
+    fn poll(sleep: &mut Sleep) -> Poll<()> {
+        let waker = futures::task::noop_waker();
+        Pin::new(sleep).poll(&mut Context::from_waker(&waker))
+    }
+
+    /// Issue 13: moving a registered `Sleep` earlier (or later, or re-arming it after it
+    /// fired) reuses its slot and wheel entry: the slab and the wheel do not grow, and no
+    /// allocation is made (the only allocations on this path would be growing them).
+    #[test]
+    fn rearming_reuses_the_slot() {
+        let clock = ManualClock::new();
+        let timer = Timer::builder()
+            .clock(clock.clone())
+            .worker_threads(0)
+            .shards(1)
+            .__manual_driver()
+            .build()
+            .expect("build");
+        let mut sleep = timer.sleep(Duration::from_secs(60));
+        assert!(poll(&mut sleep).is_pending());
+        let reg = sleep.reg;
+        let inner = Arc::clone(timer.inner());
+        let before = inner.with_shard(0, |s| s.capacities());
+        for ms in [30_000u64, 10, 5] {
+            sleep.reset(clock.now() + Duration::from_millis(ms));
+            assert!(poll(&mut sleep).is_pending());
+            assert_eq!(sleep.reg, reg, "same slot");
+        }
+        clock.advance(Duration::from_millis(5));
+        timer.__turn();
+        assert!(poll(&mut sleep).is_ready());
+        sleep.reset(clock.now() + Duration::from_millis(1));
+        assert!(poll(&mut sleep).is_pending(), "re-armed after firing");
+        assert_eq!(sleep.reg, reg, "same slot after firing");
+        assert_eq!(inner.with_shard(0, |s| s.capacities()), before);
+        clock.advance(Duration::from_millis(1));
+        timer.__turn();
+        assert!(poll(&mut sleep).is_ready());
+    }
+}
