@@ -451,46 +451,52 @@ impl Inner {
     }
 
     /// Frees the slots of finished callbacks of shards whose lock is free right now; the
-    /// rest stay in `done` for later.
+    /// rest stay in `done` for later. Keeps `done`'s buffer (regrowing it each time made
+    /// glibc consolidate its fast bins, full of freed closures, on every flush).
     fn flush_some(&self, done: &mut Vec<(u32, u32)>) {
-        done.sort_unstable_by_key(|&(shard, _)| shard);
-        let mut kept = Vec::new();
-        let mut rest = &done[..];
+        self.flush(done, false);
+    }
+
+    /// Frees the slots of finished callbacks: one lock per shard present in `done`, taken
+    /// only if free unless `wait`.
+    fn flush(&self, done: &mut Vec<(u32, u32)>, wait: bool) {
+        let mut skipped: Vec<u32> = Vec::new();
         let mut any = false;
-        while let Some(&(shard, _)) = rest.first() {
-            let run = rest.iter().take_while(|(s, _)| *s == shard).count();
-            let freed = self.try_with_shard(shard as usize, |s| {
-                for &(_, slot) in &rest[..run] {
+        while let Some(&(shard, _)) = done.iter().find(|(s, _)| !skipped.contains(s)) {
+            let free = |s: &mut Shard| {
+                for &(_, slot) in done.iter().filter(|(i, _)| *i == shard) {
                     s.finish(slot, DONE);
                 }
-            });
-            if freed.is_none() {
-                kept.extend_from_slice(&rest[..run]);
+            };
+            let freed = if wait {
+                Some(self.with_shard(shard as usize, free))
+            } else {
+                self.try_with_shard(shard as usize, free)
+            };
+            if freed.is_some() {
+                any = true;
+                done.retain(|(s, _)| *s != shard);
+            } else {
+                skipped.push(shard);
             }
-            any |= freed.is_some();
-            rest = &rest[run..];
         }
-        *done = kept;
         if any {
             self.released();
         }
     }
 
-    /// Frees the slots of finished one-shot callbacks, one lock per run of equal shards.
+    /// Frees the slots of finished one-shot callbacks (`final_state` `DONE`, or
+    /// `CANCELLED` for those given back to `stop`), waiting for each shard's lock.
     pub(crate) fn finish_all(&self, done: &mut Vec<(u32, u32)>, final_state: u8) {
         if done.is_empty() {
             return;
         }
-        done.sort_unstable_by_key(|&(shard, _)| shard);
-        let mut rest = &done[..];
-        while let Some(&(shard, _)) = rest.first() {
-            let run = rest.iter().take_while(|(s, _)| *s == shard).count();
-            self.with_shard(shard as usize, |s| {
-                for &(_, slot) in &rest[..run] {
-                    s.finish(slot, final_state);
-                }
-            });
-            rest = &rest[run..];
+        if final_state == DONE {
+            self.flush(done, true);
+            return;
+        }
+        for &(shard, slot) in done.iter() {
+            self.with_shard(shard as usize, |s| s.finish(slot, final_state));
         }
         done.clear();
         self.released();
@@ -602,7 +608,7 @@ pub(crate) fn run_worker(inner: &Arc<Inner>, rx: &Receiver<WorkItem>) {
         Some((tx, _)) if inner.worker_count > 1 => Some((tx, rx)),
         _ => None,
     };
-    let mut done = Vec::new();
+    let mut done = Vec::with_capacity(2 * FLUSH);
     loop {
         let item = match rx.try_recv() {
             Ok(item) => item,
