@@ -469,7 +469,8 @@ impl Inner {
                 }
             };
             let freed = if wait {
-                Some(self.with_shard(shard as usize, free))
+                self.with_shard(shard as usize, free);
+                Some(())
             } else {
                 self.try_with_shard(shard as usize, free)
             };
