@@ -153,6 +153,7 @@ impl TickSource {
     }
 
     /// Nanoseconds from the origin to `t` (0 before it), if they fit in a `u64` (584 years).
+    #[inline]
     fn nanos_since_origin(&self, t: Instant) -> Option<u64> {
         let since = t.saturating_duration_since(self.origin);
         since
@@ -172,6 +173,7 @@ impl TickSource {
     }
 
     /// The first tick at or after `deadline`.
+    #[inline]
     pub(crate) fn tick_ceil(&self, deadline: Instant) -> u64 {
         match self.nanos_since_origin(deadline) {
             Some(ns) => {

@@ -106,6 +106,17 @@ impl Work {
     }
 }
 
+/// What arming an async timer did.
+pub(crate) enum Arm {
+    /// Linked in slot `.0`; `.1`: the driver must be woken.
+    Linked(u32, bool),
+    /// The deadline tick has passed by the wheel's clock (the driver's last reading of the
+    /// timer's clock): the deadline has passed, nothing was linked.
+    Elapsed,
+    /// The shard is closed (the timer stopped).
+    Closed,
+}
+
 /// What the driver took out of one shard in one turn.
 #[derive(Default)]
 pub(crate) struct Due {
@@ -405,28 +416,33 @@ impl Shard {
     // ---- async timers (`Sleep`) ----
 
     /// Registers an async timer; its slot belongs to the `Sleep` until `sleep_drop`.
-    /// Returns `(slot, wake driver)`; `None` once the shard is closed.
-    pub(crate) fn sleep_register(&mut self, waker: Waker, tick: u64) -> Option<(u32, bool)> {
+    pub(crate) fn sleep_register(&mut self, waker: Waker, tick: u64) -> Arm {
         if self.closed {
-            return None;
+            return Arm::Closed;
+        }
+        if tick <= self.wheel.now() {
+            return Arm::Elapsed;
         }
         let (index, _) = self.alloc(SLEEP, IDLE, Task::Sleep(Some(waker)));
         self.scheduled += 1;
-        Some((index, self.link(index, tick)))
+        Arm::Linked(index, self.link(index, tick))
     }
 
-    /// Re-links an `IDLE` or `DONE` async timer at `tick` with `waker`; `None` once the
-    /// shard is closed (the slot is then `SHUTDOWN`).
-    pub(crate) fn sleep_rearm(&mut self, index: u32, waker: Waker, tick: u64) -> Option<bool> {
+    /// Re-links an `IDLE` or `DONE` async timer at `tick` with `waker` (the slot is left
+    /// as it is if the tick has passed, and made `SHUTDOWN` if the shard is closed).
+    pub(crate) fn sleep_rearm(&mut self, index: u32, waker: Waker, tick: u64) -> Arm {
         if self.closed {
             self.slots[index as usize].state = SHUTDOWN;
-            return None;
+            return Arm::Closed;
+        }
+        if tick <= self.wheel.now() {
+            return Arm::Elapsed;
         }
         let slot = &mut self.slots[index as usize];
         debug_assert!(slot.kind == SLEEP && slot.state != WAITING);
         slot.task = Task::Sleep(Some(waker));
         self.scheduled += 1;
-        Some(self.link(index, tick))
+        Arm::Linked(index, self.link(index, tick))
     }
 
     /// The state of an async timer's slot; stores `waker` if it is still waiting.

@@ -17,7 +17,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use crate::driver::{Inner, STOPPED};
-use crate::shard::{DONE, SHUTDOWN};
+use crate::shard::{Arm, DONE, SHUTDOWN};
 use crate::sync::Arc;
 
 /// A future that completes at its deadline (by its timer's clock), never before.
@@ -45,15 +45,20 @@ pub struct Sleep {
     reg: Option<(u32, u32)>,
     /// Linked (or fired) since the last arm; `false` while unregistered or reset.
     armed: bool,
+    /// Read the clock before arming: the deadline may already have passed (`sleep_until`,
+    /// a reset, a zero duration). A fresh `sleep(d)` skips it (its deadline was ahead when
+    /// it was made) and relies on the wheel's clock, as tokio does.
+    check_clock: bool,
 }
 
 impl Sleep {
-    pub(crate) fn new(inner: Arc<Inner>, deadline: Instant) -> Self {
+    pub(crate) fn new(inner: Arc<Inner>, deadline: Instant, check_clock: bool) -> Self {
         Sleep {
             inner,
             deadline,
             reg: None,
             armed: false,
+            check_clock,
         }
     }
 
@@ -87,6 +92,7 @@ impl Sleep {
     /// one is re-linked by the next poll, in the same slot.
     pub fn reset(&mut self, deadline: Instant) {
         self.deadline = deadline;
+        self.check_clock = true;
         let (true, Some((shard, slot))) = (self.armed, self.reg) else {
             return;
         };
@@ -115,7 +121,7 @@ impl Future for Sleep {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
         if !this.armed {
-            if this.clock_now() >= this.deadline {
+            if this.check_clock && this.clock_now() >= this.deadline {
                 return Poll::Ready(());
             }
             if this.inner.run_state() == STOPPED {
@@ -123,30 +129,32 @@ impl Future for Sleep {
             }
             let tick = this.inner.ticks.tick_ceil(this.deadline);
             let waker = cx.waker().clone();
-            let linked = match this.reg {
-                Some((shard, slot)) => this
-                    .inner
-                    .with_shard(shard as usize, |s| s.sleep_rearm(slot, waker, tick)),
+            let (shard, armed) = match this.reg {
+                Some((shard, slot)) => (
+                    shard,
+                    this.inner
+                        .with_shard(shard as usize, |s| s.sleep_rearm(slot, waker, tick)),
+                ),
                 None => {
                     let shard = this.inner.pick_shard();
-                    this.inner
-                        .with_shard(shard, |s| s.sleep_register(waker, tick))
-                        .map(|(slot, wake)| {
-                            this.reg = Some((shard as u32, slot));
-                            wake
-                        })
+                    let armed = this
+                        .inner
+                        .with_shard(shard, |s| s.sleep_register(waker, tick));
+                    (shard as u32, armed)
                 }
             };
-            match linked {
-                Some(wake) => {
+            match armed {
+                Arm::Linked(slot, wake) => {
+                    this.reg = Some((shard, slot));
+                    this.armed = true;
                     if wake {
                         this.inner.unpark_driver();
                     }
+                    return Poll::Pending;
                 }
-                None => stopped(),
+                Arm::Elapsed => return Poll::Ready(()),
+                Arm::Closed => stopped(),
             }
-            this.armed = true;
-            return Poll::Pending;
         }
         let Some((shard, slot)) = this.reg else {
             return Poll::Pending;

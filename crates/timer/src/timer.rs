@@ -384,12 +384,12 @@ impl Timer {
         let at = now
             .checked_add(duration)
             .unwrap_or_else(|| crate::driver::far_after(now));
-        Sleep::new(Arc::clone(self.inner()), at)
+        Sleep::new(Arc::clone(self.inner()), at, duration.is_zero())
     }
 
     /// A future that completes at `deadline`; see [`Sleep`].
     pub fn sleep_until(&self, deadline: Instant) -> Sleep {
-        Sleep::new(Arc::clone(self.inner()), deadline)
+        Sleep::new(Arc::clone(self.inner()), deadline, true)
     }
 
     /// Runs `future` with a time limit; see [`Timeout`].
