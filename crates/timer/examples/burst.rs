@@ -12,6 +12,29 @@ use std::time::{Duration, Instant};
 
 use tickwheel::{Clock, ManualClock, Timer};
 
+/// Voluntary context switches (blocking waits: a worker waiting on the channel, a lock)
+/// of this process's threads whose name starts with `prefix`.
+fn waits(prefix: &str) -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    dir.filter_map(|e| {
+        let path = e.ok()?.path();
+        let name = std::fs::read_to_string(path.join("comm")).ok()?;
+        if !name.starts_with(prefix) {
+            return None;
+        }
+        let status = std::fs::read_to_string(path.join("status")).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))?
+            .trim()
+            .parse::<u64>()
+            .ok()
+    })
+    .sum()
+}
+
 /// On-CPU nanoseconds of this process's threads whose name starts with `prefix`.
 fn cpu_ns(prefix: &str) -> u64 {
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
@@ -65,6 +88,7 @@ fn main() {
         }
         std::thread::sleep(Duration::from_millis(50));
         let (d0, w0) = (cpu_ns("burst-driver"), cpu_ns("burst-worker"));
+        let (dw0, ww0) = (waits("burst-driver"), waits("burst-worker"));
         let start = Instant::now();
         clock.advance(Duration::from_secs(2));
         while done.load(Ordering::Relaxed) < n {
@@ -72,13 +96,16 @@ fn main() {
         }
         let wall = start.elapsed();
         let (d1, w1) = (cpu_ns("burst-driver"), cpu_ns("burst-worker"));
+        let (dw1, ww1) = (waits("burst-driver"), waits("burst-worker"));
         let per = |ns: u64| ns as f64 / n as f64;
         println!(
-            "run {run}: {n} callbacks in {:.1} ms wall ({:.0} ns each); on-CPU per callback: driver {:.0} ns, workers {:.0} ns (both workers together)",
+            "run {run}: {n} callbacks in {:.1} ms wall ({:.0} ns each); on-CPU per callback: driver {:.0} ns, workers {:.0} ns (both workers together); blocking waits: driver {}, workers {}",
             wall.as_secs_f64() * 1e3,
             wall.as_nanos() as f64 / n as f64,
             per(d1 - d0),
-            per(w1 - w0)
+            per(w1 - w0),
+            dw1 - dw0,
+            ww1 - ww0
         );
         drop(timer.stop());
     }

@@ -44,7 +44,8 @@ pub(crate) const RUN: u8 = 0;
 pub(crate) const SHUTTING_DOWN: u8 = 1;
 pub(crate) const STOPPED: u8 = 2;
 
-/// A batch of due callbacks for one worker; `None` dismisses the worker.
+/// A batch of due callbacks for one worker, in reverse order (the next one last, so that
+/// taking it and handing the rest on are O(1)); `None` dismisses the worker.
 type WorkItem = Option<Vec<Fire>>;
 
 /// Due callbacks are handed to workers in batches of at most this many: one channel
@@ -361,12 +362,13 @@ impl Inner {
             Some((tx, _)) => {
                 while !due.fires.is_empty() {
                     let take = due.fires.len().min(BATCH);
-                    let batch: Vec<Fire> = due.fires.drain(..take).collect();
+                    let batch: Vec<Fire> = due.fires.drain(..take).rev().collect();
                     let _ = tx.send(Some(batch));
                 }
             }
             None => {
-                let batch = std::mem::take(&mut due.fires);
+                let mut batch = std::mem::take(&mut due.fires);
+                batch.reverse();
                 let mut done = Vec::new();
                 self.run_batch(batch, None, &mut done);
                 self.finish_all(&mut done, DONE);
@@ -382,8 +384,8 @@ impl Inner {
     /// idle), the rest goes back to the channel for whoever is free. In a burst the channel
     /// is never empty and batches stay whole.
     ///
-    /// Finished one-shot callbacks are added to `done`, for the caller to free their slots
-    /// (`finish_all`, `flush_some`).
+    /// `batch` is in reverse order (see `WorkItem`). Finished one-shot callbacks are added
+    /// to `done`, for the caller to free their slots (`finish_all`, `flush_some`).
     pub(crate) fn run_batch(
         self: &Arc<Self>,
         mut batch: Vec<Fire>,
@@ -391,7 +393,6 @@ impl Inner {
         done: &mut Vec<(u32, u32)>,
     ) {
         let mut tally = Tally::default();
-        batch.reverse();
         while let Some(fire) = batch.pop() {
             if self.run_state() == STOPPED {
                 batch.push(fire);
@@ -400,9 +401,7 @@ impl Inner {
             }
             if let Some((tx, rx)) = share {
                 if !batch.is_empty() && rx.is_empty() {
-                    let mut rest = std::mem::take(&mut batch);
-                    rest.reverse();
-                    let _ = tx.send(Some(rest));
+                    let _ = tx.send(Some(std::mem::take(&mut batch)));
                 }
             }
             tally.fired += 1;
