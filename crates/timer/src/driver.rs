@@ -36,7 +36,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::clock::{Clock, TickSource};
 use crate::metrics::Counters;
-use crate::shard::{Due, Fire, Shard, Task, Work, AWAKE, CANCELLED, DONE};
+use crate::shard::{Due, Fire, Shard, Task, Work, AWAKE};
 use crate::sync::{Arc, AtomicU64, AtomicU8, AtomicUsize, Condvar, Mutex, Ordering};
 use crate::task::{PendingTask, Tally};
 
@@ -57,10 +57,6 @@ const BATCH: usize = 64;
 /// The driver takes at most this many due timers out of a shard per lock acquisition.
 const CHUNK: usize = 256;
 
-/// A worker frees the slots of finished callbacks in groups of about this many (one shard
-/// lock per group, taken only if free), and always before it waits for more work.
-const FLUSH: usize = 256;
-
 /// About 30 years: "never" for deadlines beyond `Instant`'s range.
 const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
 
@@ -74,6 +70,10 @@ pub(crate) struct ShardCell {
     lock: Mutex<Shard>,
     pending: AtomicUsize,
 }
+
+/// One-shot callbacks handed to workers and not yet run (or given back): they left their
+/// shard's `pending` when the driver took them out.
+struct InFlight(CachePadded<AtomicUsize>);
 
 /// Everything a timer's threads, handles and futures share.
 pub(crate) struct Inner {
@@ -89,6 +89,7 @@ pub(crate) struct Inner {
     shards: Box<[CachePadded<ShardCell>]>,
     workers: Option<(Sender<WorkItem>, Receiver<WorkItem>)>,
     pub(crate) worker_count: usize,
+    in_flight: InFlight,
     idle: (Mutex<()>, Condvar),
     /// Callbacks given back after `stop` closed their shard: a repeating run that was in
     /// flight, the unstarted rest of a worker's batch.
@@ -137,6 +138,7 @@ impl Inner {
                 .collect(),
             workers: (worker_count > 0).then(crossbeam_channel::unbounded),
             worker_count,
+            in_flight: InFlight(CachePadded::new(AtomicUsize::new(0))),
             idle: (Mutex::new(()), Condvar::new()),
             returned: Mutex::new(Vec::new()),
             due: Mutex::new(Due::default()),
@@ -175,21 +177,14 @@ impl Inner {
         hint % n
     }
 
-    /// As `with_shard`, if shard `i`'s lock is free now.
-    pub(crate) fn try_with_shard<R>(&self, i: usize, f: impl FnOnce(&mut Shard) -> R) -> Option<R> {
-        let cell = &self.shards[i];
-        let mut shard = cell.lock.try_lock()?;
-        let r = f(&mut shard);
-        cell.pending.store(shard.pending, Ordering::Relaxed);
-        Some(r)
-    }
-
     /// Runs `f` on shard `i` under its lock (and publishes its pending count).
     pub(crate) fn with_shard<R>(&self, i: usize, f: impl FnOnce(&mut Shard) -> R) -> R {
         let cell = &self.shards[i];
         let mut shard = cell.lock.lock();
         let r = f(&mut shard);
-        cell.pending.store(shard.pending, Ordering::Relaxed);
+        // Release: a reader that sees a lowered count also sees the `in_flight` increase
+        // made before it (see `pending`).
+        cell.pending.store(shard.pending, Ordering::Release);
         r
     }
 
@@ -234,11 +229,23 @@ impl Inner {
         self.run_state() != RUN
     }
 
+    /// Callbacks scheduled and not finished: the shards' counts, then those in flight
+    /// (read second: a callback leaves its shard's count only after joining `in_flight`).
     pub(crate) fn pending(&self) -> usize {
-        self.shards
+        let in_shards: usize = self
+            .shards
             .iter()
-            .map(|c| c.pending.load(Ordering::SeqCst))
-            .sum()
+            .map(|c| c.pending.load(Ordering::Acquire))
+            .sum();
+        in_shards + self.in_flight.0.load(Ordering::SeqCst)
+    }
+
+    /// `n` one-shot callbacks in flight ran or were given back.
+    fn landed(&self, n: usize) {
+        if n > 0 {
+            self.in_flight.0.fetch_sub(n, Ordering::SeqCst);
+            self.released();
+        }
     }
 
     /// A pending callback finished (ran, was cancelled or taken back): wakes a graceful
@@ -308,7 +315,11 @@ impl Inner {
                     if first {
                         s.sleep_until = AWAKE;
                     }
-                    let more = s.take_due(i as u32, now, &mut due, CHUNK);
+                    let (more, once) = s.take_due(i as u32, now, &mut due, CHUNK);
+                    if once > 0 {
+                        // Before the shard's count drops (the mirror store after this).
+                        self.in_flight.0.fetch_add(once, Ordering::SeqCst);
+                    }
                     (more, s.wheel.next_deadline())
                 });
                 first = false;
@@ -369,9 +380,7 @@ impl Inner {
             None => {
                 let mut batch = std::mem::take(&mut due.fires);
                 batch.reverse();
-                let mut done = Vec::new();
-                self.run_batch(batch, None, &mut done);
-                self.finish_all(&mut done, DONE);
+                self.run_batch(batch, None);
             }
         }
         self.settle(&tally);
@@ -384,15 +393,14 @@ impl Inner {
     /// idle), the rest goes back to the channel for whoever is free. In a burst the channel
     /// is never empty and batches stay whole.
     ///
-    /// `batch` is in reverse order (see `WorkItem`). Finished one-shot callbacks are added
-    /// to `done`, for the caller to free their slots (`finish_all`, `flush_some`).
+    /// `batch` is in reverse order (see `WorkItem`).
     pub(crate) fn run_batch(
         self: &Arc<Self>,
         mut batch: Vec<Fire>,
         share: Option<(&Sender<WorkItem>, &Receiver<WorkItem>)>,
-        done: &mut Vec<(u32, u32)>,
     ) {
         let mut tally = Tally::default();
+        let mut landed = 0;
         while let Some(fire) = batch.pop() {
             if self.run_state() == STOPPED {
                 batch.push(fire);
@@ -410,7 +418,7 @@ impl Inner {
                     if catch_unwind(AssertUnwindSafe(f)).is_err() {
                         Counters::bump(&self.counters.panicked);
                     }
-                    done.push((fire.shard, fire.slot));
+                    landed += 1;
                 }
                 Work::Repeat(mut task) => {
                     let panicked = catch_unwind(AssertUnwindSafe(&mut task.f)).is_err();
@@ -446,73 +454,32 @@ impl Inner {
                 }
             }
         }
+        self.landed(landed);
         self.settle(&tally);
-    }
-
-    /// Frees the slots of finished callbacks of shards whose lock is free right now; the
-    /// rest stay in `done` for later. Keeps `done`'s buffer (regrowing it each time made
-    /// glibc consolidate its fast bins, full of freed closures, on every flush).
-    fn flush_some(&self, done: &mut Vec<(u32, u32)>) {
-        self.flush(done, false);
-    }
-
-    /// Frees the slots of finished callbacks: one lock per shard present in `done`, taken
-    /// only if free unless `wait`.
-    fn flush(&self, done: &mut Vec<(u32, u32)>, wait: bool) {
-        let mut skipped: Vec<u32> = Vec::new();
-        let mut any = false;
-        while let Some(&(shard, _)) = done.iter().find(|(s, _)| !skipped.contains(s)) {
-            let free = |s: &mut Shard| {
-                for &(_, slot) in done.iter().filter(|(i, _)| *i == shard) {
-                    s.finish(slot, DONE);
-                }
-            };
-            let freed = if wait {
-                self.with_shard(shard as usize, free);
-                Some(())
-            } else {
-                self.try_with_shard(shard as usize, free)
-            };
-            if freed.is_some() {
-                any = true;
-                done.retain(|(s, _)| *s != shard);
-            } else {
-                skipped.push(shard);
-            }
-        }
-        if any {
-            self.released();
-        }
-    }
-
-    /// Frees the slots of finished one-shot callbacks (`final_state` `DONE`, or
-    /// `CANCELLED` for those given back to `stop`), waiting for each shard's lock.
-    pub(crate) fn finish_all(&self, done: &mut Vec<(u32, u32)>, final_state: u8) {
-        if done.is_empty() {
-            return;
-        }
-        if final_state == DONE {
-            self.flush(done, true);
-            return;
-        }
-        for &(shard, slot) in done.iter() {
-            self.with_shard(shard as usize, |s| s.finish(slot, final_state));
-        }
-        done.clear();
-        self.released();
     }
 
     /// Callbacks taken off the wheel that will not run because the timer stopped: free their
     /// slots as cancelled and hand them to `stop`.
+    ///
+    /// A one-shot callback's slot was freed when it fired (its handle reports `Done`); a
+    /// repeating task's slot is freed as cancelled here.
     fn give_back(&self, fires: Vec<Fire>) {
-        let mut slots = Vec::with_capacity(fires.len());
         let mut tasks = Vec::with_capacity(fires.len());
+        let mut once = 0;
         for fire in fires {
-            slots.push((fire.shard, fire.slot));
+            match &fire.work {
+                Work::Once(_) => {
+                    once += 1;
+                    Counters::bump(&self.counters.cancelled);
+                }
+                Work::Repeat(_) => self.with_shard(fire.shard as usize, |s| {
+                    s.give_back_repeat(fire.slot);
+                }),
+            }
             tasks.push(fire.work.into_pending(self.instant_of(fire.tick)));
         }
-        self.finish_all(&mut slots, CANCELLED);
         self.returned.lock().extend(tasks);
+        self.landed(once);
     }
 
     /// The driver thread's loop.
@@ -597,10 +564,6 @@ fn min_tick(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 
 /// A worker thread's loop: run batches of callbacks until told to stop.
 ///
-/// Finished callbacks' slots are freed in groups (`FLUSH`), with a lock that is free at the
-/// time, and always before the worker waits: in a burst, workers then do not queue on the
-/// shard lock the driver takes to move due timers out.
-///
 /// After the dismissal (`None`), batches still queued (a remainder handed back while
 /// `stop` was collecting) are given back rather than lost (`run_batch` sees `STOPPED`).
 pub(crate) fn run_worker(inner: &Arc<Inner>, rx: &Receiver<WorkItem>) {
@@ -608,28 +571,12 @@ pub(crate) fn run_worker(inner: &Arc<Inner>, rx: &Receiver<WorkItem>) {
         Some((tx, _)) if inner.worker_count > 1 => Some((tx, rx)),
         _ => None,
     };
-    let mut done = Vec::with_capacity(2 * FLUSH);
-    loop {
-        let item = match rx.try_recv() {
-            Ok(item) => item,
-            Err(crossbeam_channel::TryRecvError::Empty) => {
-                inner.finish_all(&mut done, DONE);
-                match rx.recv() {
-                    Ok(item) => item,
-                    Err(_) => break,
-                }
-            }
-            Err(crossbeam_channel::TryRecvError::Disconnected) => break,
-        };
-        let Some(batch) = item else { break };
-        inner.run_batch(batch, share, &mut done);
-        if done.len() >= FLUSH {
-            inner.flush_some(&mut done);
-        }
+    while let Ok(Some(batch)) = rx.recv() {
+        inner.run_batch(batch, share);
     }
     while let Ok(item) = rx.try_recv() {
         match item {
-            Some(batch) => inner.run_batch(batch, None, &mut done),
+            Some(batch) => inner.run_batch(batch, None),
             None => {
                 // Another worker's dismissal: hand it back, or that worker never exits.
                 if let Some((tx, _)) = &inner.workers {
@@ -639,7 +586,6 @@ pub(crate) fn run_worker(inner: &Arc<Inner>, rx: &Receiver<WorkItem>) {
             }
         }
     }
-    inner.finish_all(&mut done, DONE);
 }
 
 /// Joins threads, skipping the calling one (a callback may drop the last `Timer`).

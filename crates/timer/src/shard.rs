@@ -8,8 +8,9 @@
 //!   allocated per timer once the slab and the wheel are warm (a closure that captures
 //!   data is boxed; one that captures nothing is not).
 //! - **Everything about a slot is read and written under its shard's lock**: schedule,
-//!   cancel, state, the driver taking due timers out, a worker finishing a run, `stop`
-//!   draining. So there are no lock-free races to reason about per timer; the only
+//!   cancel, state, the driver taking due timers out (a one-shot callback's slot is freed
+//!   right then, as fired: its task travels on without it), a worker ending a repeating
+//!   run, `stop` draining. So there are no lock-free races to reason about per timer; the only
 //!   question is which of two lock holders comes first, and each outcome is a valid
 //!   history (loom checks them, `tests/loom.rs`). Callbacks, wakers and closure drops run
 //!   outside the lock.
@@ -37,9 +38,10 @@ pub(crate) const AWAKE: u64 = 0;
 
 /// Linked in the wheel.
 pub(crate) const WAITING: u8 = 0;
-/// Taken off the wheel by the driver: queued for a worker, or running.
+/// A repeating task taken off the wheel by the driver: queued for a worker, or running.
 pub(crate) const RUNNING: u8 = 1;
-/// A callback ran (or panicked); an async timer fired.
+/// A one-shot callback fired (was handed to a worker); a repeating task ended; an async
+/// timer fired.
 pub(crate) const DONE: u8 = 2;
 /// Cancelled, or returned by `stop`, before it ran.
 pub(crate) const CANCELLED: u8 = 3;
@@ -273,52 +275,67 @@ impl Shard {
         self.wheel.deadline(key)
     }
 
-    /// Takes up to `limit` timers due at `now` out of the wheel into `due`: callbacks
-    /// become `RUNNING` (their task moves into `due.fires`), async timers `DONE`. Returns
-    /// `true` if it stopped at `limit` (more may be due).
-    pub(crate) fn take_due(&mut self, shard: u32, now: u64, due: &mut Due, limit: usize) -> bool {
+    /// Takes up to `limit` timers due at `now` out of the wheel into `due`. A one-shot
+    /// callback's task moves into `due.fires` and its slot is freed as `DONE` ("fired")
+    /// right here, while the driver has the slot in cache (a worker touching it again
+    /// after the run cost a cache miss per callback in bursts); a repeating task's slot
+    /// stays, `RUNNING`, until its run ends; async timers become `DONE`. Returns whether
+    /// it stopped at `limit` (more may be due) and how many one-shot callbacks it took
+    /// (no longer in `pending`: the caller counts them in flight).
+    pub(crate) fn take_due(
+        &mut self,
+        shard: u32,
+        now: u64,
+        due: &mut Due,
+        limit: usize,
+    ) -> (bool, usize) {
+        let mut once = 0;
         for _ in 0..limit {
             let Some((_, index)) = self.wheel.poll(now) else {
-                return false;
+                return (false, once);
             };
             let tick = self.wheel.now();
             let slot = &mut self.slots[index as usize];
-            match slot.task.take() {
-                Task::Sleep(waker) => {
+            match slot.kind {
+                SLEEP => {
                     slot.state = DONE;
-                    due.wakers.push((tick, waker));
+                    if let Task::Sleep(waker) = slot.task.take() {
+                        due.wakers.push((tick, waker));
+                    }
                 }
-                Task::Once(f) => {
+                ONCE => {
+                    self.pending -= 1;
+                    once += 1;
+                    if let Task::Once(f) = self.release(index, DONE) {
+                        due.fires.push(Fire {
+                            tick,
+                            shard,
+                            slot: index,
+                            work: Work::Once(f),
+                        });
+                    }
+                }
+                _ => {
                     slot.state = RUNNING;
-                    due.fires.push(Fire {
-                        tick,
-                        shard,
-                        slot: index,
-                        work: Work::Once(f),
-                    });
+                    if let Task::Repeat(r) = slot.task.take() {
+                        due.fires.push(Fire {
+                            tick,
+                            shard,
+                            slot: index,
+                            work: Work::Repeat(r),
+                        });
+                    }
                 }
-                Task::Repeat(r) => {
-                    slot.state = RUNNING;
-                    due.fires.push(Fire {
-                        tick,
-                        shard,
-                        slot: index,
-                        work: Work::Repeat(r),
-                    });
-                }
-                Task::Empty => debug_assert!(false, "linked slot {index} holds no task"),
             }
         }
-        true
+        (true, once)
     }
 
-    /// A one-shot run ended (or a fired callback was given back to `stop`).
-    pub(crate) fn finish(&mut self, index: u32, final_state: u8) {
+    /// A repeating task taken off the wheel will not run because the timer stopped.
+    pub(crate) fn give_back_repeat(&mut self, index: u32) {
         self.pending -= 1;
-        if final_state == CANCELLED {
-            self.cancelled += 1;
-        }
-        let leftover = self.release(index, final_state);
+        self.cancelled += 1;
+        let leftover = self.release(index, CANCELLED);
         debug_assert!(matches!(leftover, Task::Empty));
     }
 

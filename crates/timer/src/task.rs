@@ -28,11 +28,14 @@ pub(crate) struct Repeat {
 pub enum TaskState {
     /// Not yet due.
     Waiting,
-    /// Due: handed to a worker and queued or running now (a repeating task: its current
-    /// run). A cancel can no longer prevent this run.
+    /// A repeating task's run is due: handed to a worker and queued or running now. A
+    /// cancel can no longer prevent this run, only the next ones.
     Running,
-    /// A one-shot callback ran (or panicked), or a repeating task stopped after a panic or
-    /// a graceful shutdown.
+    /// A one-shot callback fired: it was due and handed to a worker, which runs it (or ran
+    /// it, or it panicked). A cancel can no longer prevent it. Its slot is freed at that
+    /// moment, so this is the state from then until the slot is reused; one exception is
+    /// documented at [`Timer::stop`](crate::Timer::stop). A repeating task reports `Done`
+    /// once it stopped after a panic or a graceful shutdown.
     Done,
     /// Cancelled (by [`Timer::cancel`](crate::Timer::cancel), or returned by
     /// [`Timer::stop`](crate::Timer::stop)) before it ran.

@@ -255,7 +255,7 @@ impl Timer {
     }
 
     /// Cancels a callback. Returns `true` only if this call prevented a run: the callback
-    /// was not yet due (for a repeating task: no further run will start, though a run in
+    /// had not fired yet (for a repeating task: no further run will start, though a run in
     /// progress finishes). O(1); the closure is dropped and the timer's memory freed before
     /// this returns, not at the deadline. A stale handle (finished timer, reused slot,
     /// another timer's handle) returns `false` and touches nothing.
@@ -339,7 +339,9 @@ impl Timer {
     /// the caller can run, persist or drop it. Repeating tasks are returned too (with
     /// their next deadline and [`PendingTask::period`]); one whose run is in progress when
     /// `stop` is called is returned once that run ends (`stop` waits for it), unless `stop`
-    /// is called from that very run, which then ends the task. Pending async timers are woken and panic
+    /// is called from that very run, which then ends the task. A one-shot callback that had
+    /// fired (was handed to a worker) but not started is returned too, though its handle
+    /// already reports [`TaskState::Done`]. Pending async timers are woken and panic
     /// when polled (see [`Sleep`]). Later calls return an empty `Vec`; `schedule*` returns
     /// [`ScheduleError::Shutdown`] from now on.
     ///
