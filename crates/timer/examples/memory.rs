@@ -63,7 +63,10 @@ fn main() {
                     .expect("schedule");
             }
             std::thread::sleep(Duration::from_millis(200));
-            per_timer("tickwheel, closure capturing a u64, handles dropped", before);
+            per_timer(
+                "tickwheel, closure capturing a u64, handles dropped",
+                before,
+            );
             drop(timer.stop());
         }
         "tickwheel-handles" => {

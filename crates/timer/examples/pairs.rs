@@ -19,7 +19,9 @@ use tickwheel::Timer;
 /// On-CPU and runqueue-wait nanoseconds of the calling thread so far.
 fn sched_ns() -> (u64, u64) {
     let stat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
-    let mut fields = stat.split_whitespace().map(|f| f.parse::<u64>().unwrap_or(0));
+    let mut fields = stat
+        .split_whitespace()
+        .map(|f| f.parse::<u64>().unwrap_or(0));
     (fields.next().unwrap_or(0), fields.next().unwrap_or(0))
 }
 

@@ -257,13 +257,16 @@ impl Inner {
         }
     }
 
-    /// Blocks until no callback is pending (graceful shutdown). Whoever releases the last
-    /// one publishes it under its shard lock and then notifies under `idle`, which we hold
-    /// from the check to the wait: no notification is lost.
+    /// Blocks until no callback is pending (graceful shutdown). Whoever releases a pending
+    /// callback notifies under `idle` if it sees `SHUTTING_DOWN`; we hold `idle` from the
+    /// check to the wait. A releaser's count store and its `run_state` load can still pass
+    /// our `SHUTTING_DOWN` store and count loads the other way round (store-load
+    /// reordering; fencing every cancel for it would cost more than it saves), so the wait
+    /// also re-checks every millisecond.
     pub(crate) fn wait_idle(&self) {
         let mut guard = self.idle.0.lock();
         while self.pending() > 0 {
-            guard = self.idle.1.wait(guard);
+            guard = self.idle.1.wait_for(guard, Duration::from_millis(1));
         }
     }
 

@@ -73,14 +73,23 @@ impl Condvar {
         }
     }
 
+    /// Waits for a notification or until `timeout` has passed (loom: a notification).
     #[cfg(not(loom))]
-    pub(crate) fn wait<'a, T>(&self, mut guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
-        self.inner.wait(&mut guard);
+    pub(crate) fn wait_for<'a, T>(
+        &self,
+        mut guard: MutexGuard<'a, T>,
+        timeout: std::time::Duration,
+    ) -> MutexGuard<'a, T> {
+        let _ = self.inner.wait_for(&mut guard, timeout);
         guard
     }
 
     #[cfg(loom)]
-    pub(crate) fn wait<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    pub(crate) fn wait_for<'a, T>(
+        &self,
+        guard: MutexGuard<'a, T>,
+        _timeout: std::time::Duration,
+    ) -> MutexGuard<'a, T> {
         self.inner
             .wait(guard)
             .unwrap_or_else(std::sync::PoisonError::into_inner)
