@@ -470,16 +470,19 @@ impl Inner {
         let mut tasks = Vec::with_capacity(fires.len());
         let mut once = 0;
         for fire in fires {
-            match &fire.work {
+            let wanted = match &fire.work {
                 Work::Once(_) => {
                     once += 1;
                     Counters::bump(&self.counters.cancelled);
+                    true
                 }
-                Work::Repeat(_) => self.with_shard(fire.shard as usize, |s| {
-                    s.give_back_repeat(fire.slot);
-                }),
+                Work::Repeat(_) => {
+                    self.with_shard(fire.shard as usize, |s| s.give_back_repeat(fire.slot))
+                }
+            };
+            if wanted {
+                tasks.push(fire.work.into_pending(self.instant_of(fire.tick)));
             }
-            tasks.push(fire.work.into_pending(self.instant_of(fire.tick)));
         }
         self.returned.lock().extend(tasks);
         self.landed(once);

@@ -305,14 +305,17 @@ impl Shard {
                 }
                 ONCE => {
                     self.pending -= 1;
-                    once += 1;
-                    if let Task::Once(f) = self.release(index, DONE) {
-                        due.fires.push(Fire {
-                            tick,
-                            shard,
-                            slot: index,
-                            work: Work::Once(f),
-                        });
+                    match self.release(index, DONE) {
+                        Task::Once(f) => {
+                            once += 1;
+                            due.fires.push(Fire {
+                                tick,
+                                shard,
+                                slot: index,
+                                work: Work::Once(f),
+                            });
+                        }
+                        _ => debug_assert!(false, "one-shot slot {index} without its closure"),
                     }
                 }
                 _ => {
@@ -332,11 +335,16 @@ impl Shard {
     }
 
     /// A repeating task taken off the wheel will not run because the timer stopped.
-    pub(crate) fn give_back_repeat(&mut self, index: u32) {
+    /// Returns `false` if it was cancelled meanwhile (then it is not handed to `stop`).
+    pub(crate) fn give_back_repeat(&mut self, index: u32) -> bool {
+        let wanted = self.slots[index as usize].state != CANCELLING;
         self.pending -= 1;
-        self.cancelled += 1;
+        if wanted {
+            self.cancelled += 1;
+        }
         let leftover = self.release(index, CANCELLED);
         debug_assert!(matches!(leftover, Task::Empty));
+        wanted
     }
 
     /// A repeating run ended. `again`: link it at `next` (`Ok(wake driver)`); otherwise, or
