@@ -131,12 +131,14 @@ impl Builder {
         let workers = self.workers.unwrap_or_else(|| {
             thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
         });
+        let system_clock = self.clock.is_none();
         let clock = self.clock.clone().unwrap_or_else(|| Arc::new(SystemClock));
         let shards = self.shards.unwrap_or_else(|| {
             thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
         });
         let inner = Arc::new(Inner::new(
             clock,
+            system_clock,
             self.resolution,
             self.max_pending,
             workers,

@@ -134,7 +134,6 @@ impl<T> DelayQueue<T> {
     pub fn insert(&mut self, value: T, delay: Duration) -> Key {
         let at = self
             .inner
-            .clock
             .now()
             .checked_add(delay)
             .map_or(u64::MAX, |at| self.inner.ticks.tick_ceil(at));
@@ -169,7 +168,6 @@ impl<T> DelayQueue<T> {
     pub fn reset(&mut self, key: Key, delay: Duration) -> bool {
         let at = self
             .inner
-            .clock
             .now()
             .checked_add(delay)
             .unwrap_or_else(|| self.inner.far_future());

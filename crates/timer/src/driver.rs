@@ -79,6 +79,9 @@ struct InFlight(CachePadded<AtomicUsize>);
 pub(crate) struct Inner {
     driver_thread: OnceLock<Thread>,
     pub(crate) clock: Arc<dyn Clock>,
+    /// The clock is the default `SystemClock`: read `Instant::now()` directly, without
+    /// the virtual call (it is on every schedule).
+    system_clock: bool,
     pub(crate) ticks: TickSource,
     pub(crate) resolution: Duration,
     pub(crate) max_pending: usize,
@@ -111,6 +114,7 @@ fn gen_seed() -> u32 {
 impl Inner {
     pub(crate) fn new(
         clock: Arc<dyn Clock>,
+        system_clock: bool,
         resolution: Duration,
         max_pending: usize,
         worker_count: usize,
@@ -122,6 +126,7 @@ impl Inner {
         Inner {
             driver_thread: OnceLock::new(),
             clock,
+            system_clock,
             ticks,
             resolution,
             max_pending,
@@ -174,7 +179,11 @@ impl Inner {
             }
             h.get()
         });
-        hint % n
+        if n.is_power_of_two() {
+            hint & (n - 1) // no division on the schedule path in the common case
+        } else {
+            hint % n
+        }
     }
 
     /// Runs `f` on shard `i` under its lock (and publishes its pending count).
@@ -205,13 +214,23 @@ impl Inner {
         mine + others >= self.max_pending
     }
 
+    /// The current time by the timer's clock.
+    #[inline]
+    pub(crate) fn now(&self) -> Instant {
+        if self.system_clock {
+            Instant::now()
+        } else {
+            self.clock.now()
+        }
+    }
+
     pub(crate) fn now_tick(&self) -> u64 {
-        self.ticks.tick_floor(self.clock.now())
+        self.ticks.tick_floor(self.now())
     }
 
     /// About 30 years from now by the timer's clock: "never".
     pub(crate) fn far_future(&self) -> Instant {
-        far_after(self.clock.now())
+        far_after(self.now())
     }
 
     /// The instant of a tick, saturating far beyond any real deadline.
@@ -358,7 +377,7 @@ impl Inner {
 
     /// Wakes the async timers and dispatches the callbacks of one turn.
     fn fire(self: &Arc<Self>, due: &mut Due) {
-        let now = self.ticks.nanos_of_instant(self.clock.now());
+        let now = self.ticks.nanos_of_instant(self.now());
         let late =
             |tick: u64| Duration::from_nanos(now.saturating_sub(self.ticks.nanos_of_tick(tick)));
         let mut tally = Tally::default();

@@ -84,7 +84,7 @@ impl Sleep {
     }
 
     pub(crate) fn clock_now(&self) -> Instant {
-        self.inner.clock.now()
+        self.inner.now()
     }
 
     /// Moves the deadline, earlier or later; the future can be polled again after it

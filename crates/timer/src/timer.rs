@@ -114,7 +114,7 @@ impl Timer {
     /// The current time by this timer's clock.
     #[must_use]
     pub fn now(&self) -> Instant {
-        self.inner().clock.now()
+        self.inner().now()
     }
 
     /// The tick resolution.
