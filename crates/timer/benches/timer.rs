@@ -27,7 +27,7 @@ fn tickwheel_pair(c: &mut Criterion) {
             let h = timer
                 .schedule(Duration::from_secs(60), || ())
                 .expect("schedule");
-            h.cancel()
+            timer.cancel(h)
         });
     });
     group.bench_function("tickwheel/2-threads", |b| {
@@ -36,7 +36,7 @@ fn tickwheel_pair(c: &mut Criterion) {
                 let h = timer
                     .schedule(Duration::from_secs(60), || ())
                     .expect("schedule");
-                h.cancel();
+                timer.cancel(h);
             })
         });
     });

@@ -3,7 +3,7 @@
 //! keep); a second line keeps them. The closure captures nothing, so the figure is the
 //! timer's own cost; a capturing closure adds its size (rounded up by the allocator).
 //!
-//! Run: `cargo run --release -p tickwheel --example memory [tickwheel|tickwheel-handles|timer-crate]`
+//! Run: `cargo run --release -p tickwheel --example memory [tickwheel|tickwheel-capture|tickwheel-handles|timer-crate]`
 
 use std::time::Duration;
 
@@ -42,10 +42,31 @@ fn main() {
             std::thread::sleep(Duration::from_millis(100));
             let before = rss_bytes();
             for i in 0..N {
-                drop(timer.schedule(delay(i), || ()).expect("schedule"));
+                let _handle = timer.schedule(delay(i), || ()).expect("schedule");
             }
             std::thread::sleep(Duration::from_millis(200));
             per_timer("tickwheel, handles dropped", before);
+            drop(timer.stop());
+        }
+        "tickwheel-capture" => {
+            // A small closure: captures one u64, so it is boxed (an 8-byte allocation,
+            // a 32-byte glibc chunk).
+            let timer = tickwheel::Timer::new();
+            std::thread::sleep(Duration::from_millis(100));
+            let before = rss_bytes();
+            for i in 0..N {
+                let x = i as u64;
+                let _handle = timer
+                    .schedule(delay(i), move || {
+                        std::hint::black_box(x);
+                    })
+                    .expect("schedule");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            per_timer(
+                "tickwheel, closure capturing a u64, handles dropped",
+                before,
+            );
             drop(timer.stop());
         }
         "tickwheel-handles" => {

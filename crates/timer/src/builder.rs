@@ -1,13 +1,12 @@
 //! Configuring and starting a [`Timer`].
 
-use std::sync::Mutex;
 use std::thread;
 use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
 use crate::driver::{join_all, run_worker, Inner};
 use crate::error::BuildError;
-use crate::sync::Arc;
+use crate::sync::{Arc, Mutex};
 use crate::timer::{Owner, Timer};
 
 /// The default cap on pending callbacks (about 16.7 million): large enough for any
@@ -39,6 +38,7 @@ pub struct Builder {
     max_pending: usize,
     thread_name: String,
     clock: Option<Arc<dyn Clock>>,
+    shards: Option<usize>,
     manual: bool,
 }
 
@@ -50,6 +50,7 @@ impl Default for Builder {
             max_pending: DEFAULT_MAX_PENDING,
             thread_name: "tickwheel".to_owned(),
             clock: None,
+            shards: None,
             manual: false,
         }
     }
@@ -98,6 +99,16 @@ impl Builder {
         self
     }
 
+    /// Number of shards: independent wheels, each with its own lock, that producer threads
+    /// are spread over (a thread always uses the same one). Default: the available
+    /// parallelism, so that producers on different cores do not contend; `1` keeps every
+    /// timer in one wheel. Clamped to `1..=1024`.
+    #[must_use]
+    pub fn shards(mut self, n: usize) -> Self {
+        self.shards = Some(n);
+        self
+    }
+
     /// No driver thread: the caller turns the driver with `Timer::__turn` (loom and
     /// deterministic tests only).
     #[doc(hidden)]
@@ -120,12 +131,18 @@ impl Builder {
         let workers = self.workers.unwrap_or_else(|| {
             thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
         });
+        let system_clock = self.clock.is_none();
         let clock = self.clock.clone().unwrap_or_else(|| Arc::new(SystemClock));
+        let shards = self.shards.unwrap_or_else(|| {
+            thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        });
         let inner = Arc::new(Inner::new(
             clock,
+            system_clock,
             self.resolution,
             self.max_pending,
             workers,
+            shards,
         ));
         let mut threads = Vec::new();
         let driver = match self.spawn_threads(&inner, workers, &mut threads) {

@@ -135,6 +135,9 @@ impl Clock for ManualClock {
 pub(crate) struct TickSource {
     origin: Instant,
     resolution_ns: u64,
+    /// Division by the resolution without a hardware divide (tens of cycles on the
+    /// schedule path otherwise); exact.
+    divisor: strength_reduce::StrengthReducedU64,
 }
 
 impl TickSource {
@@ -145,33 +148,55 @@ impl TickSource {
         TickSource {
             origin,
             resolution_ns,
+            divisor: strength_reduce::StrengthReducedU64::new(resolution_ns),
         }
     }
 
-    fn nanos_since_origin(&self, t: Instant) -> u128 {
-        t.saturating_duration_since(self.origin).as_nanos()
-    }
-
-    /// The first tick at or after `deadline`.
-    pub(crate) fn tick_ceil(&self, deadline: Instant) -> u64 {
-        let since = deadline.saturating_duration_since(self.origin);
-        // The common case (within ~584 years of the origin) in 64-bit arithmetic.
-        if let Some(ns) = since
+    /// Nanoseconds from the origin to `t` (0 before it), if they fit in a `u64` (584 years).
+    #[inline]
+    fn nanos_since_origin(&self, t: Instant) -> Option<u64> {
+        let since = t.saturating_duration_since(self.origin);
+        since
             .as_secs()
             .checked_mul(1_000_000_000)
             .and_then(|s| s.checked_add(u64::from(since.subsec_nanos())))
-        {
-            return ns.div_ceil(self.resolution_ns);
+    }
+
+    /// Nanoseconds from the origin to `t`, saturating (for lateness statistics).
+    pub(crate) fn nanos_of_instant(&self, t: Instant) -> u64 {
+        self.nanos_since_origin(t).unwrap_or(u64::MAX)
+    }
+
+    /// Nanoseconds from the origin to the start of `tick`, saturating.
+    pub(crate) fn nanos_of_tick(&self, tick: u64) -> u64 {
+        tick.saturating_mul(self.resolution_ns)
+    }
+
+    /// The first tick at or after `deadline`.
+    #[inline]
+    pub(crate) fn tick_ceil(&self, deadline: Instant) -> u64 {
+        match self.nanos_since_origin(deadline) {
+            Some(ns) => {
+                let (q, r) = strength_reduce::StrengthReducedU64::div_rem(ns, self.divisor);
+                q + u64::from(r != 0)
+            }
+            None => {
+                let ns = deadline.saturating_duration_since(self.origin).as_nanos();
+                let res = u128::from(self.resolution_ns);
+                u64::try_from(ns.div_ceil(res)).unwrap_or(u64::MAX)
+            }
         }
-        let ns = since.as_nanos();
-        let res = u128::from(self.resolution_ns);
-        u64::try_from(ns.div_ceil(res)).unwrap_or(u64::MAX)
     }
 
     /// The last tick at or before `now`.
     pub(crate) fn tick_floor(&self, now: Instant) -> u64 {
-        let ns = self.nanos_since_origin(now);
-        u64::try_from(ns / u128::from(self.resolution_ns)).unwrap_or(u64::MAX)
+        match self.nanos_since_origin(now) {
+            Some(ns) => ns / self.divisor,
+            None => {
+                let ns = now.saturating_duration_since(self.origin).as_nanos();
+                u64::try_from(ns / u128::from(self.resolution_ns)).unwrap_or(u64::MAX)
+            }
+        }
     }
 
     /// The instant a tick starts, or `None` if it is beyond what `Instant` can hold.
@@ -198,6 +223,22 @@ mod tests {
         assert_eq!(ticks.tick_floor(origin + Duration::from_millis(3)), 3);
         assert_eq!(ticks.tick_ceil(origin), 0);
         assert_eq!(ticks.instant_of(2), Some(origin + Duration::from_millis(2)));
+    }
+
+    #[test]
+    fn strength_reduced_division_matches_plain_division() {
+        let origin = Instant::now();
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for res in [1u64, 7, 1_000, 50_000, 999_983, 1_000_000, 1_000_000_007] {
+            let ticks = TickSource::new(origin, Duration::from_nanos(res));
+            for _ in 0..2_000 {
+                x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                let ns = x >> 8; // up to ~2 years, within the 64-bit fast path
+                let t = origin + Duration::from_nanos(ns);
+                assert_eq!(ticks.tick_ceil(t), ns.div_ceil(res), "ceil {ns} / {res}");
+                assert_eq!(ticks.tick_floor(t), ns / res, "floor {ns} / {res}");
+            }
+        }
     }
 
     #[test]

@@ -2,8 +2,13 @@
 //!
 //! A private [`Wheel`] holds the values; one [`Sleep`] on the timer is armed at the
 //! earliest deadline and re-armed (reusing its registration once it has fired) as that
-//! deadline changes.
+//! deadline changes. A min-heap of `(deadline, key)` with lazy deletion answers `peek`
+//! without scanning: every change that can make its top stale pops stale entries off the
+//! top (each entry is pushed and popped once: amortised O(log n)), and it is rebuilt when
+//! stale entries outnumber live ones.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -12,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use tickwheel_core::{TimerKey, Wheel};
 
-use crate::driver::{far_future, Inner};
+use crate::driver::Inner;
 use crate::sleep::Sleep;
 use crate::sync::Arc;
 use crate::timer::Timer;
@@ -89,6 +94,8 @@ impl<T> Expired<T> {
 pub struct DelayQueue<T> {
     inner: Arc<Inner>,
     wheel: Wheel<T>,
+    /// `(deadline, key)` of every queued value, plus stale entries below a live top.
+    index: BinaryHeap<Reverse<(u64, u64)>>,
     sleep: Sleep,
     waker: Option<Waker>,
 }
@@ -113,10 +120,11 @@ impl<T> DelayQueue<T> {
         let now = inner.now_tick();
         let mut wheel = Wheel::starting_at(now);
         wheel.reserve(capacity);
-        let sleep = timer.sleep_until(far_future());
+        let sleep = timer.sleep_until(inner.far_future());
         DelayQueue {
             inner,
             wheel,
+            index: BinaryHeap::new(),
             sleep,
             waker: None,
         }
@@ -126,7 +134,6 @@ impl<T> DelayQueue<T> {
     pub fn insert(&mut self, value: T, delay: Duration) -> Key {
         let at = self
             .inner
-            .clock
             .now()
             .checked_add(delay)
             .map_or(u64::MAX, |at| self.inner.ticks.tick_ceil(at));
@@ -142,6 +149,7 @@ impl<T> DelayQueue<T> {
     fn insert_tick(&mut self, value: T, tick: u64) -> Key {
         let before = self.wheel.next_deadline();
         let key = self.wheel.insert(tick, value);
+        self.index_push(key);
         self.wake_if_changed(before);
         Key(key)
     }
@@ -151,6 +159,7 @@ impl<T> DelayQueue<T> {
     pub fn remove(&mut self, key: Key) -> Option<T> {
         let before = self.wheel.next_deadline();
         let value = self.wheel.remove(key.0);
+        self.tidy();
         self.wake_if_changed(before);
         value
     }
@@ -159,10 +168,9 @@ impl<T> DelayQueue<T> {
     pub fn reset(&mut self, key: Key, delay: Duration) -> bool {
         let at = self
             .inner
-            .clock
             .now()
             .checked_add(delay)
-            .unwrap_or_else(far_future);
+            .unwrap_or_else(|| self.inner.far_future());
         self.reset_at(key, at)
     }
 
@@ -172,6 +180,10 @@ impl<T> DelayQueue<T> {
         let found = self
             .wheel
             .reset(key.0, self.inner.ticks.tick_ceil(deadline));
+        if found {
+            self.index_push(key.0);
+            self.tidy();
+        }
         self.wake_if_changed(before);
         found
     }
@@ -187,13 +199,34 @@ impl<T> DelayQueue<T> {
     }
 
     /// A key with the earliest deadline, without waiting (among values with equal
-    /// deadlines, not necessarily the one that comes out first). O(len): it scans.
+    /// deadlines, not necessarily the one that comes out first). O(1).
     pub fn peek(&self) -> Option<Key> {
-        let next = self.wheel.next_deadline()?;
-        self.wheel
-            .iter()
-            .find(|(_, d, _)| *d == next)
-            .map(|(k, _, _)| Key(k))
+        self.index
+            .peek()
+            .map(|Reverse((_, key))| Key(TimerKey::from_u64(*key)))
+    }
+
+    fn index_push(&mut self, key: TimerKey) {
+        if let Some(deadline) = self.wheel.deadline(key) {
+            self.index.push(Reverse((deadline, key.to_u64())));
+        }
+    }
+
+    /// Pops stale entries off the index's top; rebuilds it when mostly stale.
+    fn tidy(&mut self) {
+        while let Some(Reverse((deadline, key))) = self.index.peek() {
+            if self.wheel.deadline(TimerKey::from_u64(*key)) == Some(*deadline) {
+                break;
+            }
+            self.index.pop();
+        }
+        if self.index.len() > 2 * self.wheel.len() + 32 {
+            self.index = self
+                .wheel
+                .iter()
+                .map(|(key, deadline, _)| Reverse((deadline, key.to_u64())))
+                .collect();
+        }
     }
 
     /// Number of queued values.
@@ -214,11 +247,17 @@ impl<T> DelayQueue<T> {
     /// Frees unused capacity; keys stay valid.
     pub fn shrink_to_fit(&mut self) {
         self.wheel.shrink_to_fit();
+        self.index = self
+            .wheel
+            .iter()
+            .map(|(key, deadline, _)| Reverse((deadline, key.to_u64())))
+            .collect();
     }
 
     /// Removes every value (and wakes the polling task, which then sees `Ready(None)`).
     pub fn clear(&mut self) {
         self.wheel.clear();
+        self.index.clear();
         if let Some(w) = self.waker.take() {
             w.wake();
         }
@@ -244,6 +283,7 @@ impl<T> DelayQueue<T> {
             let now = self.inner.now_tick();
             if let Some(next) = self.wheel.next_deadline().filter(|&d| d <= now) {
                 if let Some((key, value)) = self.wheel.poll(now) {
+                    self.tidy();
                     return Poll::Ready(Some(Expired {
                         value,
                         deadline: self.inner.instant_of(next),

@@ -1,100 +1,52 @@
-//! The driver: one thread that fires due timers from a wheel that producers update directly.
+//! The driver: one thread that takes due timers out of the shards and hands them to the
+//! workers in batches.
 //!
 //! # Ground rules
 //!
-//! - The [`Wheel`] sits in `Inner::core`, one mutex. Producers take it for a few dozen
-//!   nanoseconds: `schedule` inserts, `cancel` and a dropped future remove their own entry
-//!   (by the key stored in the task), a first `Sleep` poll inserts. The driver takes it to
-//!   move due timers into a buffer and to read its next deadline. Callbacks, wakers and
-//!   closures are never run or dropped under the lock.
-//!
-//!   This replaced a lock-free command queue (Netty's design) that cost more than it saved:
-//!   every pair of schedule and cancel crossed to the driver thread twice (insert, then a
-//!   deferred unlink), the driver freed what producers allocated (glibc's slow cross-thread
-//!   path), and each unlink of a near timer re-armed the driver's wake-up for the next one.
-//!   Now a cancel frees its wheel entry and closure at once on the cancelling thread, and
-//!   the driver only hears about timers earlier than the one it sleeps towards.
-//! - **Waking.** `DriverCore::sleep_until` is the tick the driver sleeps towards, `AWAKE` (0)
-//!   while it works. A producer that inserts an earlier tick lowers it under the lock and
-//!   unparks the driver after unlocking. The driver sets it under the same lock from the
-//!   wheel's next deadline before parking, so either it sees the new timer or the producer
-//!   sees its target; `unpark` before `park` makes `park` return, so no wake-up is lost.
-//! - **Cancel vs fire.** The task's state byte decides (see `task.rs`); removing the entry
-//!   is only about memory. An insert re-reads the state after linking, under the lock, so a
-//!   task cancelled while being (re-)inserted never stays linked.
-//! - **Stop.** `collect_after_stop` sets `closed` under the lock and drains the wheel; an
-//!   insert that finds `closed` hands the task back to its caller. So each task is either
-//!   refused, or in the wheel when it is drained, exactly once.
+//! - Timers live in shards (`shard.rs`): each a wheel, a slab of task slots and one
+//!   short mutex. A producer thread always uses the same shard (a thread-local index), so
+//!   two producers do not contend on one lock or one cache line; a cancel, a state query
+//!   or a worker finishing a run goes to the timer's own shard, named by its handle. The
+//!   driver takes each lock for one batch: every timer due in that shard moves out (the
+//!   task itself, no reference count), then the lock is released before anything runs.
+//! - **Waking.** Each shard's `sleep_until` is the tick the driver sleeps towards. A turn
+//!   sets it to `AWAKE` while taking due timers out (producers then never wake it), reads
+//!   the shard's next deadline under the same lock, and once every shard is read, sets
+//!   every shard's `sleep_until` to the minimum, re-reading each shard's next deadline
+//!   under its lock as it goes. A producer that links a timer either does so before that
+//!   re-read (the driver sees it) or sees the target and unparks the driver; `unpark`
+//!   before `park` makes `park` return, so no wake-up is lost.
+//! - **Cancel vs fire** is decided by whoever takes the shard lock first: a cancel finds
+//!   the timer `WAITING` (and prevents the run) or `RUNNING` (too late, `false`); a
+//!   repeating task cancelled while it runs is marked and not linked again.
+//! - **Stop.** `collect_after_stop` closes each shard under its lock and drains its wheel;
+//!   a schedule that finds a shard closed hands the task back to its caller. Batches not
+//!   started yet are taken back from the channel, and a worker that sees `STOPPED` before
+//!   a callback gives the rest of its batch back, so each callback runs, or is returned by
+//!   `stop`, or is refused, exactly once. A repeating task whose run is in flight at
+//!   `stop` is returned by `stop` too, once the run ends (`stop` waits for it).
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 use std::thread::{self, JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use tickwheel_core::{TimerKey, Wheel};
+use crossbeam_utils::CachePadded;
 
 use crate::clock::{Clock, TickSource};
 use crate::metrics::Counters;
-use crate::sync::{Arc, AtomicU8, AtomicUsize, Mutex, Ordering};
-use crate::task::{Job, PendingTask, Tally, TaskCore, NO_KEY, WAITING};
-
-/// `sleep_until` while the driver is awake: no producer needs to wake it.
-const AWAKE: u64 = 0;
+use crate::shard::{Due, Fire, Shard, Task, Work, AWAKE};
+use crate::sync::{Arc, AtomicU64, AtomicU8, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::task::{PendingTask, Tally};
 
 pub(crate) const RUN: u8 = 0;
 pub(crate) const SHUTTING_DOWN: u8 = 1;
 pub(crate) const STOPPED: u8 = 2;
 
-/// What `Inner::insert` links, for the counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Insert {
-    /// A new callback: takes a pending slot (or is refused at `max_pending`).
-    Callback,
-    /// A `Sleep` being armed: counted as scheduled, no pending slot.
-    Async,
-    /// A repeating task's next run: already counted.
-    Again,
-}
-
-/// What `Inner::insert` did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Inserted {
-    Linked,
-    Closed,
-    Full,
-}
-
-/// What `Job::fire` did.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Fired {
-    /// A callback must run now.
-    Run,
-    /// An async timer woke its task.
-    Woke,
-    /// Cancelled meanwhile; nothing to do.
-    Nothing,
-}
-
-pub(crate) struct DriverCore {
-    wheel: Wheel<Arc<dyn Job>>,
-    due: Vec<(Arc<dyn Job>, u64)>,
-    /// The tick the driver sleeps towards; `AWAKE` while it works.
-    sleep_until: u64,
-    /// Set once `stop` has drained the wheel: inserts are refused from then on.
-    closed: bool,
-    swept_repeating: bool,
-    /// `Metrics::scheduled` and the handle/future part of `Metrics::cancelled`, counted
-    /// under the lock those operations take anyway instead of on shared atomics.
-    scheduled: u64,
-    cancelled: u64,
-    /// Pending slots taken by callbacks, minus those released under this lock (cancels).
-    /// `pending = reserved - finished`: reserving under the lock a producer takes anyway
-    /// saves two shared atomic RMWs per schedule + cancel pair.
-    reserved: usize,
-}
-
-/// A batch of due callbacks for one worker; `None` dismisses the worker.
-type WorkItem = Option<Vec<(Arc<dyn Job>, u64)>>;
+/// A batch of due callbacks for one worker, in reverse order (the next one last, so that
+/// taking it and handing the rest on are O(1)); `None` dismisses the worker.
+type WorkItem = Option<Vec<Fire>>;
 
 /// Due callbacks are handed to workers in batches of at most this many: one channel
 /// operation (and at most one worker wake-up) per batch instead of per callback, which
@@ -102,54 +54,100 @@ type WorkItem = Option<Vec<(Arc<dyn Job>, u64)>>;
 /// microseconds to start.
 const BATCH: usize = 64;
 
+/// The driver takes at most this many due timers out of a shard per lock acquisition.
+const CHUNK: usize = 256;
+
+/// About 30 years: "never" for deadlines beyond `Instant`'s range.
+const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
+
+/// `t` plus about 30 years, or `t` itself where even that does not fit.
+pub(crate) fn far_after(t: Instant) -> Instant {
+    t.checked_add(FAR).unwrap_or(t)
+}
+
+/// One shard and a copy of its pending count that other shards read without its lock.
+pub(crate) struct ShardCell {
+    lock: Mutex<Shard>,
+    pending: AtomicUsize,
+}
+
+/// One-shot callbacks handed to workers and not yet run (or given back): they left their
+/// shard's `pending` when the driver took them out.
+struct InFlight(CachePadded<AtomicUsize>);
+
 /// Everything a timer's threads, handles and futures share.
 pub(crate) struct Inner {
     driver_thread: OnceLock<Thread>,
     pub(crate) clock: Arc<dyn Clock>,
+    /// The clock is the default `SystemClock`: read `Instant::now()` directly, without
+    /// the virtual call (it is on every schedule).
+    system_clock: bool,
     pub(crate) ticks: TickSource,
     pub(crate) resolution: Duration,
-    /// Pending slots released without the wheel lock (runs, `stop`); see `reserved`.
-    finished: AtomicUsize,
     pub(crate) max_pending: usize,
+    /// `max_pending / shards`: below it a shard need not look at the others.
+    share: usize,
     run_state: AtomicU8,
     pub(crate) counters: Counters,
-    core: Mutex<DriverCore>,
+    shards: Box<[CachePadded<ShardCell>]>,
     workers: Option<(Sender<WorkItem>, Receiver<WorkItem>)>,
     pub(crate) worker_count: usize,
-    idle: (std::sync::Mutex<()>, std::sync::Condvar),
+    in_flight: InFlight,
+    idle: (Mutex<()>, Condvar),
+    /// Callbacks given back after `stop` closed their shard: a repeating run that was in
+    /// flight, the unstarted rest of a worker's batch.
+    returned: Mutex<Vec<PendingTask>>,
+    /// The driver's buffer, kept between turns.
+    due: Mutex<Due>,
+    /// The tick the driver last parked towards (driver only; see `turn`).
+    target: AtomicU64,
+}
+
+/// Seeds of slot generations: far apart per shard and per timer, so a handle of one timer
+/// is not taken for a handle of another.
+fn gen_seed() -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+    static NEXT: AtomicU32 = AtomicU32::new(0x6A09_E667);
+    NEXT.fetch_add(0x9E37_79B9, Relaxed)
 }
 
 impl Inner {
     pub(crate) fn new(
         clock: Arc<dyn Clock>,
+        system_clock: bool,
         resolution: Duration,
         max_pending: usize,
         worker_count: usize,
+        shards: usize,
     ) -> Self {
         let origin = clock.now();
         let ticks = TickSource::new(origin, resolution);
+        let shards = shards.clamp(1, 1024);
         Inner {
             driver_thread: OnceLock::new(),
             clock,
+            system_clock,
             ticks,
             resolution,
-            finished: AtomicUsize::new(0),
             max_pending,
+            share: max_pending / shards,
             run_state: AtomicU8::new(RUN),
             counters: Counters::new(),
-            core: Mutex::new(DriverCore {
-                wheel: Wheel::starting_at(0),
-                due: Vec::new(),
-                sleep_until: AWAKE,
-                closed: false,
-                swept_repeating: false,
-                scheduled: 0,
-                cancelled: 0,
-                reserved: 0,
-            }),
+            shards: (0..shards)
+                .map(|_| {
+                    CachePadded::new(ShardCell {
+                        lock: Mutex::new(Shard::new(gen_seed())),
+                        pending: AtomicUsize::new(0),
+                    })
+                })
+                .collect(),
             workers: (worker_count > 0).then(crossbeam_channel::unbounded),
             worker_count,
-            idle: (std::sync::Mutex::new(()), std::sync::Condvar::new()),
+            in_flight: InFlight(CachePadded::new(AtomicUsize::new(0))),
+            idle: (Mutex::new(()), Condvar::new()),
+            returned: Mutex::new(Vec::new()),
+            due: Mutex::new(Due::default()),
+            target: AtomicU64::new(0),
         }
     }
 
@@ -161,13 +159,85 @@ impl Inner {
         self.workers.as_ref().map(|(_, rx)| rx.clone())
     }
 
+    pub(crate) fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The calling thread's shard: fixed per thread, spread round-robin over threads.
+    pub(crate) fn pick_shard(&self) -> usize {
+        let n = self.shards.len();
+        if n == 1 {
+            return 0;
+        }
+        thread_local! {
+            static HINT: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+        }
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let hint = HINT.with(|h| {
+            if h.get() == usize::MAX {
+                h.set(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+            }
+            h.get()
+        });
+        if n.is_power_of_two() {
+            hint & (n - 1) // no division on the schedule path in the common case
+        } else {
+            hint % n
+        }
+    }
+
+    /// Runs `f` on shard `i` under its lock (and publishes its pending count).
+    pub(crate) fn with_shard<R>(&self, i: usize, f: impl FnOnce(&mut Shard) -> R) -> R {
+        let cell = &self.shards[i];
+        let mut shard = cell.lock.lock();
+        let r = f(&mut shard);
+        // Release: a reader that sees a lowered count also sees the `in_flight` increase
+        // made before it (see `pending`).
+        cell.pending.store(shard.pending, Ordering::Release);
+        r
+    }
+
+    /// `true` if one more callback on shard `i` (holding `mine`) would exceed `max_pending`.
+    /// Exact with one shard; with several, concurrent schedules on other shards may pass
+    /// the limit by at most one each.
+    pub(crate) fn is_full(&self, i: usize, mine: usize) -> bool {
+        if mine < self.share {
+            return false;
+        }
+        let others: usize = self
+            .shards
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(_, c)| c.pending.load(Ordering::Relaxed))
+            .sum();
+        mine + others >= self.max_pending
+    }
+
+    /// The current time by the timer's clock.
+    #[inline]
+    pub(crate) fn now(&self) -> Instant {
+        if self.system_clock {
+            Instant::now()
+        } else {
+            self.clock.now()
+        }
+    }
+
     pub(crate) fn now_tick(&self) -> u64 {
-        self.ticks.tick_floor(self.clock.now())
+        self.ticks.tick_floor(self.now())
+    }
+
+    /// About 30 years from now by the timer's clock: "never".
+    pub(crate) fn far_future(&self) -> Instant {
+        far_after(self.now())
     }
 
     /// The instant of a tick, saturating far beyond any real deadline.
     pub(crate) fn instant_of(&self, tick: u64) -> Instant {
-        self.ticks.instant_of(tick).unwrap_or_else(far_future)
+        self.ticks
+            .instant_of(tick)
+            .unwrap_or_else(|| self.far_future())
     }
 
     pub(crate) fn run_state(&self) -> u8 {
@@ -178,14 +248,45 @@ impl Inner {
         self.run_state() != RUN
     }
 
+    /// Callbacks scheduled and not finished: the shards' counts, then those in flight
+    /// (read second: a callback leaves its shard's count only after joining `in_flight`).
     pub(crate) fn pending(&self) -> usize {
-        let reserved = self.core.lock().reserved;
-        reserved.saturating_sub(self.finished.load(Ordering::SeqCst))
+        let in_shards: usize = self
+            .shards
+            .iter()
+            .map(|c| c.pending.load(Ordering::Acquire))
+            .sum();
+        in_shards + self.in_flight.0.load(Ordering::SeqCst)
     }
 
-    /// A callback ran, or was cancelled or taken back: release its pending slot.
-    pub(crate) fn task_finished(&self) {
-        self.tasks_finished(1);
+    /// `n` one-shot callbacks in flight ran or were given back.
+    fn landed(&self, n: usize) {
+        if n > 0 {
+            self.in_flight.0.fetch_sub(n, Ordering::SeqCst);
+            self.released();
+        }
+    }
+
+    /// A pending callback finished (ran, was cancelled or taken back): wakes a graceful
+    /// `shutdown` waiting for the last one.
+    pub(crate) fn released(&self) {
+        if self.run_state() == SHUTTING_DOWN {
+            let _guard = self.idle.0.lock();
+            self.idle.1.notify_all();
+        }
+    }
+
+    /// Blocks until no callback is pending (graceful shutdown). Whoever releases a pending
+    /// callback notifies under `idle` if it sees `SHUTTING_DOWN`; we hold `idle` from the
+    /// check to the wait. A releaser's count store and its `run_state` load can still pass
+    /// our `SHUTTING_DOWN` store and count loads the other way round (store-load
+    /// reordering; fencing every cancel for it would cost more than it saves), so the wait
+    /// also re-checks every millisecond.
+    pub(crate) fn wait_idle(&self) {
+        let mut guard = self.idle.0.lock();
+        while self.pending() > 0 {
+            guard = self.idle.1.wait_for(guard, Duration::from_millis(1));
+        }
     }
 
     /// Applies what a batch of runs counted.
@@ -195,124 +296,16 @@ impl Inner {
                 .fired
                 .fetch_add(tally.fired, Ordering::Relaxed);
         }
-        if tally.finished > 0 {
-            self.tasks_finished(tally.finished);
-        }
     }
 
-    fn tasks_finished(&self, n: usize) {
-        self.finished.fetch_add(n, Ordering::SeqCst);
-        self.notify_if_idle();
-    }
-
-    /// Wakes a graceful `shutdown` waiting for the last pending callback.
-    fn notify_if_idle(&self) {
-        if self.is_shutting_down() && self.pending() == 0 {
-            let _guard = self
-                .idle
-                .0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            self.idle.1.notify_all();
-        }
-    }
-
-    /// Blocks until no callback is pending (graceful shutdown).
-    pub(crate) fn wait_idle(&self) {
-        let mut guard = self
-            .idle
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        while self.pending() > 0 {
-            // The timeout only covers a notify racing with the check above.
-            guard = match self.idle.1.wait_timeout(guard, Duration::from_millis(10)) {
-                Ok((g, _)) => g,
-                Err(e) => e.into_inner().0,
-            };
-        }
-    }
-
-    /// Links a timer into the wheel at `tick`, waking the driver if it sleeps towards a
-    /// later tick. Anything but `Linked` means nothing was linked and the task is still the
-    /// caller's: `Closed` once `stop` has drained the wheel, `Full` at `max_pending`.
-    pub(crate) fn insert(&self, job: Arc<dyn Job>, tick: u64, kind: Insert) -> Inserted {
-        let mut dropped = None;
-        let wake = {
-            let mut core = self.core.lock();
-            if core.closed {
-                return Inserted::Closed;
-            }
-            match kind {
-                Insert::Callback => {
-                    let finished = self.finished.load(Ordering::Relaxed);
-                    if core.reserved.saturating_sub(finished) >= self.max_pending {
-                        return Inserted::Full;
-                    }
-                    core.reserved += 1;
-                    core.scheduled += 1;
-                }
-                Insert::Async => core.scheduled += 1,
-                Insert::Again => {}
-            }
-            let key = core.wheel.insert(tick, job);
-            let Some(job) = core.wheel.get(key) else {
-                return Inserted::Linked;
-            };
-            job.core().key.store(key.to_u64(), Ordering::Relaxed);
-            // Cancelled while being inserted (a repeating task between runs): unlink now.
-            // The canceller's state CAS precedes its locked removal; see the ground rules.
-            if job.core().state.load(Ordering::SeqCst) != WAITING {
-                dropped = core.wheel.remove(key);
-                false
-            } else if self.is_shutting_down() && job.cancel_repeating() {
-                dropped = core.wheel.remove(key);
-                core.cancelled += 1;
-                core.reserved -= 1;
-                false
-            } else if tick < core.sleep_until {
-                core.sleep_until = tick;
-                true
-            } else {
-                false
-            }
-        };
-        drop(dropped);
-        if wake {
-            self.unpark_driver();
-        }
-        Inserted::Linked
-    }
-
-    /// After a won cancel: count it, release its pending slot if it is a callback
-    /// (`release`), and unlink the wheel entry (freed at once, outside the lock).
-    pub(crate) fn cancelled(&self, core: &TaskCore, release: bool) {
-        let removed = {
-            let mut driver = self.core.lock();
-            driver.cancelled += 1;
-            driver.reserved -= usize::from(release);
-            let key = core.key.load(Ordering::Relaxed);
-            if key == NO_KEY {
-                None
-            } else {
-                driver.wheel.remove(TimerKey::from_u64(key))
-            }
-        };
-        drop(removed);
-        if release {
-            self.notify_if_idle();
-        }
-    }
-
-    /// A snapshot of the metrics: the shared counters plus those kept under the lock.
+    /// A snapshot of the metrics: the shared counters plus those kept in the shards.
     pub(crate) fn metrics(&self) -> crate::metrics::Metrics {
-        let (scheduled, cancelled) = {
-            let core = self.core.lock();
-            (core.scheduled, core.cancelled)
-        };
         let mut m = self.counters.snapshot();
-        m.scheduled += scheduled;
-        m.cancelled += cancelled;
+        for i in 0..self.shards.len() {
+            let (scheduled, cancelled) = self.with_shard(i, |s| (s.scheduled, s.cancelled));
+            m.scheduled += scheduled;
+            m.cancelled += cancelled;
+        }
         m
     }
 
@@ -322,79 +315,196 @@ impl Inner {
         }
     }
 
-    /// Cancels every repeating task once a graceful shutdown has begun.
-    fn sweep_repeating(&self, core: &mut DriverCore) -> Vec<Arc<dyn Job>> {
-        core.swept_repeating = true;
-        let repeating: Vec<TimerKey> = core
-            .wheel
-            .iter()
-            .filter(|(_, _, job)| job.cancel_repeating())
-            .map(|(key, _, _)| key)
-            .collect();
-        let mut removed = Vec::with_capacity(repeating.len());
-        for key in repeating {
-            removed.extend(core.wheel.remove(key));
-            core.cancelled += 1;
-            core.reserved -= 1;
+    /// One round: fire what is due, then arm the wake-up. Returns the tick to park
+    /// towards.
+    ///
+    /// That tick is the earliest deadline in any shard, or the previous target if that is
+    /// earlier and still ahead: a producer woke the driver for a timer that was cancelled
+    /// since (schedule + cancel of near timers while far ones wait is the common case), and
+    /// raising the target back to the far timers would make the next such schedule wake
+    /// the driver again. Parking too short is always safe; the driver re-reads the shards.
+    pub(crate) fn turn(self: &Arc<Self>) -> Option<u64> {
+        let mut due = std::mem::take(&mut *self.due.lock());
+        let now = self.now_tick();
+        let kept = self.target.load(Ordering::Relaxed);
+        let mut next: Option<u64> = (kept > now).then_some(kept);
+        let mut sources = 0;
+        for i in 0..self.shards.len() {
+            let before = due.fires.len() + due.wakers.len();
+            let mut first = true;
+            let shard_next = loop {
+                let (more, shard_next) = self.with_shard(i, |s| {
+                    if first {
+                        s.sleep_until = AWAKE;
+                    }
+                    let (more, once) = s.take_due(i as u32, now, &mut due, CHUNK);
+                    if once > 0 {
+                        // Before the shard's count drops (the mirror store after this).
+                        self.in_flight.0.fetch_add(once, Ordering::SeqCst);
+                    }
+                    (more, s.wheel.next_deadline())
+                });
+                first = false;
+                if !more {
+                    break shard_next;
+                }
+                // A burst: start the workers on this chunk while we take the next one (and
+                // let producers and finishing workers have the lock in between).
+                self.fire(&mut due);
+            };
+            next = min_tick(next, shard_next);
+            sources += usize::from(due.fires.len() + due.wakers.len() > before);
         }
-        removed
+        if sources > 1 {
+            // Several shards fired in this turn: keep deadline order across them.
+            due.fires.sort_by_key(|f| f.tick);
+        }
+        if !due.fires.is_empty() || !due.wakers.is_empty() {
+            self.fire(&mut due);
+        }
+        *self.due.lock() = due;
+        // Publish the minimum next deadline; re-read each shard under its lock (ground rules).
+        for i in 0..self.shards.len() {
+            next = self.with_shard(i, |s| {
+                let next = min_tick(next, s.wheel.next_deadline());
+                s.sleep_until = next.unwrap_or(u64::MAX).max(1);
+                next
+            });
+        }
+        self.target.store(next.unwrap_or(0), Ordering::Relaxed);
+        next
     }
 
-    /// One round: fire what is due, then arm the wake-up. Returns the next deadline tick.
-    pub(crate) fn turn(self: &Arc<Self>) -> Option<u64> {
-        let (mut due, swept) = {
-            let mut core = self.core.lock();
-            core.sleep_until = AWAKE;
-            let swept = if self.is_shutting_down() && !core.swept_repeating {
-                self.sweep_repeating(&mut core)
-            } else {
-                Vec::new()
-            };
-            let now = self.now_tick();
-            let mut due = std::mem::take(&mut core.due);
-            while let Some((_, job)) = core.wheel.poll(now) {
-                let tick = core.wheel.now();
-                due.push((job, tick));
+    /// Wakes the async timers and dispatches the callbacks of one turn.
+    fn fire(self: &Arc<Self>, due: &mut Due) {
+        let now = self.ticks.nanos_of_instant(self.now());
+        let late =
+            |tick: u64| Duration::from_nanos(now.saturating_sub(self.ticks.nanos_of_tick(tick)));
+        let mut tally = Tally::default();
+        for (tick, waker) in due.wakers.drain(..) {
+            self.counters.record_lateness(late(tick));
+            tally.fired += 1;
+            if let Some(w) = waker {
+                w.wake();
             }
-            (due, swept)
-        };
-        drop(swept);
-        if !due.is_empty() {
-            let now = self.clock.now();
-            let mut batch = Vec::new();
-            let mut tally = Tally::default();
-            for (job, tick) in due.drain(..) {
-                let late = now.saturating_duration_since(self.instant_of(tick));
-                match job.fire(self, tick) {
-                    Fired::Nothing => continue,
-                    Fired::Woke => {}
-                    Fired::Run => match &self.workers {
-                        Some((tx, _)) => {
-                            if batch.capacity() == 0 {
-                                batch.reserve_exact(BATCH);
-                            }
-                            batch.push((job, tick));
-                            if batch.len() == BATCH {
-                                let _ = tx.send(Some(std::mem::take(&mut batch)));
+        }
+        for f in &due.fires {
+            self.counters.record_lateness(late(f.tick));
+        }
+        match &self.workers {
+            Some((tx, _)) => {
+                while !due.fires.is_empty() {
+                    let take = due.fires.len().min(BATCH);
+                    let batch: Vec<Fire> = due.fires.drain(..take).rev().collect();
+                    let _ = tx.send(Some(batch));
+                }
+            }
+            None => {
+                let mut batch = std::mem::take(&mut due.fires);
+                batch.reverse();
+                self.run_batch(batch, None);
+            }
+        }
+        self.settle(&tally);
+    }
+
+    /// Runs a batch of callbacks on this thread (a worker, or the inline driver).
+    ///
+    /// A slow callback must not hold up the rest of its batch: with `share`, before each
+    /// callback, if more are left and no other batch is waiting (so another worker may be
+    /// idle), the rest goes back to the channel for whoever is free. In a burst the channel
+    /// is never empty and batches stay whole.
+    ///
+    /// `batch` is in reverse order (see `WorkItem`).
+    pub(crate) fn run_batch(
+        self: &Arc<Self>,
+        mut batch: Vec<Fire>,
+        share: Option<(&Sender<WorkItem>, &Receiver<WorkItem>)>,
+    ) {
+        let mut tally = Tally::default();
+        let mut landed = 0;
+        while let Some(fire) = batch.pop() {
+            if self.run_state() == STOPPED {
+                batch.push(fire);
+                self.give_back(batch);
+                break;
+            }
+            if let Some((tx, rx)) = share {
+                if !batch.is_empty() && rx.is_empty() {
+                    let _ = tx.send(Some(std::mem::take(&mut batch)));
+                }
+            }
+            tally.fired += 1;
+            match fire.work {
+                Work::Once(f) => {
+                    if catch_unwind(AssertUnwindSafe(f)).is_err() {
+                        Counters::bump(&self.counters.panicked);
+                    }
+                    landed += 1;
+                }
+                Work::Repeat(mut task) => {
+                    let panicked = catch_unwind(AssertUnwindSafe(&mut task.f)).is_err();
+                    if panicked {
+                        Counters::bump(&self.counters.panicked);
+                    }
+                    let next =
+                        task.behavior
+                            .next_tick(task.due, self.now_tick(), task.period_ticks);
+                    task.due = next;
+                    // A panicking repeating task is not run again: it is likely to panic
+                    // every time. A graceful shutdown ends it after this run.
+                    let again = !panicked && self.run_state() != SHUTTING_DOWN;
+                    let outcome = self.with_shard(fire.shard as usize, |s| {
+                        s.finish_repeat(fire.slot, task, next, again)
+                    });
+                    match outcome {
+                        Ok(wake) => {
+                            if wake {
+                                self.unpark_driver();
                             }
                         }
-                        None => job.run(self, &mut tally),
-                    },
+                        Err((task, to_stop)) => {
+                            if to_stop {
+                                let pending = PendingTask::repeating(self.instant_of(next), *task);
+                                self.returned.lock().push(pending);
+                            } else {
+                                drop(task); // outside every lock
+                            }
+                            self.released();
+                        }
+                    }
                 }
-                self.counters.record_lateness(late);
             }
-            if let (false, Some((tx, _))) = (batch.is_empty(), &self.workers) {
-                let _ = tx.send(Some(batch));
+        }
+        self.landed(landed);
+        self.settle(&tally);
+    }
+
+    /// Callbacks taken off the wheel that will not run because the timer stopped: free their
+    /// slots as cancelled and hand them to `stop`.
+    ///
+    /// A one-shot callback's slot was freed when it fired (its handle reports `Done`); a
+    /// repeating task's slot is freed as cancelled here.
+    fn give_back(&self, fires: Vec<Fire>) {
+        let mut tasks = Vec::with_capacity(fires.len());
+        let mut once = 0;
+        for fire in fires {
+            let wanted = match &fire.work {
+                Work::Once(_) => {
+                    once += 1;
+                    Counters::bump(&self.counters.cancelled);
+                    true
+                }
+                Work::Repeat(_) => {
+                    self.with_shard(fire.shard as usize, |s| s.give_back_repeat(fire.slot))
+                }
+            };
+            if wanted {
+                tasks.push(fire.work.into_pending(self.instant_of(fire.tick)));
             }
-            self.settle(&tally);
         }
-        let mut core = self.core.lock();
-        if core.due.capacity() < due.capacity() {
-            core.due = due;
-        }
-        let next = core.wheel.next_deadline();
-        core.sleep_until = next.unwrap_or(u64::MAX).max(1);
-        next
+        self.returned.lock().extend(tasks);
+        self.landed(once);
     }
 
     /// The driver thread's loop.
@@ -412,12 +522,19 @@ impl Inner {
         }
     }
 
-    /// Moves the service to `SHUTTING_DOWN`; `false` if it already was shutting down or stopped.
+    /// Moves the service to `SHUTTING_DOWN` and cancels every waiting repeating task;
+    /// `false` if it already was shutting down or stopped.
     pub(crate) fn begin_shutdown(&self) -> bool {
         let won = self
             .run_state
             .compare_exchange(RUN, SHUTTING_DOWN, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok();
+        if won {
+            for i in 0..self.shards.len() {
+                let swept: Vec<Task> = self.with_shard(i, Shard::sweep_repeating);
+                drop(swept);
+            }
+        }
         self.unpark_driver();
         won
     }
@@ -429,82 +546,65 @@ impl Inner {
         was != STOPPED
     }
 
-    /// After the driver has exited: take back every callback that never ran, tell async
-    /// timers, and dismiss the workers (they finish the callback they are running).
+    /// After the driver has exited: close every shard and take back every callback that
+    /// never ran, tell async timers, and dismiss the workers (they finish the callback they
+    /// are running). What workers give back later is in `take_returned`.
     pub(crate) fn collect_after_stop(&self) -> Vec<PendingTask> {
         let mut out = Vec::new();
-        let drained: Vec<(u64, Arc<dyn Job>)> = {
-            let mut core = self.core.lock();
-            core.closed = true;
-            core.wheel
-                .drain()
-                .map(|(_, tick, job)| (tick, job))
-                .collect()
-        };
-        for (tick, job) in drained {
-            match job.take_pending(self, tick) {
-                Some(task) => {
-                    Counters::bump(&self.counters.cancelled);
-                    out.push(task);
-                }
-                None => job.shut_down(),
-            }
+        let mut wakers = Vec::new();
+        for i in 0..self.shards.len() {
+            let (work, w) = self.with_shard(i, Shard::close);
+            out.extend(
+                work.into_iter()
+                    .map(|(tick, work)| work.into_pending(self.instant_of(tick))),
+            );
+            wakers.extend(w);
+        }
+        for w in wakers {
+            w.wake();
         }
         if let Some((tx, rx)) = &self.workers {
             while let Ok(item) = rx.try_recv() {
-                for (job, tick) in item.into_iter().flatten() {
-                    if let Some(task) = job.take_pending(self, tick) {
-                        Counters::bump(&self.counters.cancelled);
-                        out.push(task);
-                    }
-                }
+                self.give_back(item.unwrap_or_default());
             }
             for _ in 0..self.worker_count {
                 let _ = tx.send(None);
             }
         }
-        out.sort_by_key(PendingTask::deadline);
         out
+    }
+
+    /// Callbacks given back by workers after `stop` (see `returned`).
+    pub(crate) fn take_returned(&self) -> Vec<PendingTask> {
+        std::mem::take(&mut *self.returned.lock())
+    }
+}
+
+fn min_tick(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
 /// A worker thread's loop: run batches of callbacks until told to stop.
 ///
-/// A slow callback must not hold up the rest of its batch: before each callback, if more
-/// are left and no other batch is waiting (so another worker may be idle), the rest goes
-/// back to the channel for whoever is free. In a burst the channel is never empty and
-/// batches stay whole; under light load this degrades to one hand-off per callback.
-///
 /// After the dismissal (`None`), batches still queued (a remainder handed back while
-/// `stop` was collecting) are run here rather than lost; `stop` joins the workers, so they
-/// still start before it returns.
+/// `stop` was collecting) are given back rather than lost (`run_batch` sees `STOPPED`).
 pub(crate) fn run_worker(inner: &Arc<Inner>, rx: &Receiver<WorkItem>) {
-    let tx = inner.workers.as_ref().map(|(tx, _)| tx);
-    let share = inner.worker_count > 1;
-    let run = |mut batch: Vec<(Arc<dyn Job>, u64)>| {
-        let mut tally = Tally::default();
-        batch.reverse();
-        while let Some((job, _tick)) = batch.pop() {
-            if share && !batch.is_empty() && rx.is_empty() {
-                if let Some(tx) = tx {
-                    let mut rest = std::mem::take(&mut batch);
-                    rest.reverse();
-                    let _ = tx.send(Some(rest));
-                }
-            }
-            job.run(inner, &mut tally);
-        }
-        inner.settle(&tally);
+    let share = match &inner.workers {
+        Some((tx, _)) if inner.worker_count > 1 => Some((tx, rx)),
+        _ => None,
     };
     while let Ok(Some(batch)) = rx.recv() {
-        run(batch);
+        inner.run_batch(batch, share);
     }
     while let Ok(item) = rx.try_recv() {
         match item {
-            Some(batch) => run(batch),
+            Some(batch) => inner.run_batch(batch, None),
             None => {
                 // Another worker's dismissal: hand it back, or that worker never exits.
-                if let Some(tx) = tx {
+                if let Some((tx, _)) = &inner.workers {
                     let _ = tx.send(None);
                 }
                 break;
@@ -521,11 +621,4 @@ pub(crate) fn join_all(threads: Vec<JoinHandle<()>>) {
             let _ = handle.join();
         }
     }
-}
-
-/// An instant about 30 years from now: "never" for deadlines beyond `Instant`'s range.
-pub(crate) fn far_future() -> Instant {
-    let now = Instant::now();
-    now.checked_add(Duration::from_secs(86_400 * 365 * 30))
-        .unwrap_or(now)
 }

@@ -23,6 +23,13 @@ impl<F> ScheduleError<F> {
         }
     }
 
+    pub(crate) fn map<G>(self, f: impl FnOnce(F) -> G) -> ScheduleError<G> {
+        match self {
+            ScheduleError::Full(x) => ScheduleError::Full(f(x)),
+            ScheduleError::Shutdown(x) => ScheduleError::Shutdown(f(x)),
+        }
+    }
+
     /// `true` for [`ScheduleError::Full`].
     pub fn is_full(&self) -> bool {
         matches!(self, ScheduleError::Full(_))

@@ -50,7 +50,7 @@ impl MissedTickBehavior {
         let now_ns = to_ns(now.saturating_duration_since(due));
         let next_ns = self.next_tick(0, now_ns, to_ns(period));
         due.checked_add(Duration::from_nanos(next_ns))
-            .unwrap_or_else(crate::driver::far_future)
+            .unwrap_or_else(|| crate::driver::far_after(due))
     }
 }
 

@@ -21,7 +21,7 @@
 //! let tx2 = tx.clone();
 //! let soon = timer.schedule(Duration::from_millis(2), move || tx2.send("soon").unwrap())?;
 //! let never = timer.schedule(Duration::from_secs(3600), || println!("an hour later"))?;
-//! assert!(never.cancel()); // O(1); the closure is dropped now
+//! assert!(timer.cancel(never)); // O(1); the closure is dropped now
 //!
 //! let ping = timer.schedule_repeating(
 //!     Duration::from_millis(1),
@@ -33,8 +33,8 @@
 //! while seen.len() < 3 {
 //!     seen.push(rx.recv_timeout(Duration::from_secs(10))?);
 //! }
-//! ping.cancel();
-//! assert!(seen.contains(&"soon") || soon.state() != TaskState::Cancelled);
+//! timer.cancel(ping);
+//! assert!(seen.contains(&"soon") || timer.state(soon) != TaskState::Cancelled);
 //! assert_eq!(timer.stop().len(), 0); // nothing left that never ran
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -68,10 +68,14 @@
 //!
 //! # Design
 //!
-//! One driver thread fires due timers from a wheel behind one short mutex. Producers on any
-//! thread insert and cancel directly (a cancel frees the entry and the closure at once, on
-//! the cancelling thread) and wake the driver only when their deadline is earlier than the
-//! one it sleeps towards; see the `driver` module's ground rules and `BENCHMARKS.md`.
+//! Timers live in shards: each a wheel, a slab of task slots and one short lock; a producer
+//! thread always uses the same shard, so producers on different cores do not contend. A
+//! [`TimerHandle`] is a `Copy` key (shard, slot, generation), not a pointer: no `Arc` and
+//! no allocation per timer, and a stale handle never touches a newer timer. One driver
+//! thread sleeps until the earliest deadline of any shard, takes due timers out in chunks
+//! and hands them to the workers in batches; a cancel frees the slot and the closure at
+//! once, on the cancelling thread. See the `shard` and `driver` modules' ground rules and
+//! `BENCHMARKS.md`.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
@@ -83,6 +87,7 @@ mod driver;
 mod error;
 mod interval;
 mod metrics;
+mod shard;
 mod sleep;
 mod sync;
 mod task;

@@ -2,72 +2,30 @@
 //!
 //! # Ground rules
 //!
-//! A registered `Sleep` shares a `SleepEntry` (state byte, wheel key, waker slot) with the
-//! driver. The driver fires it with `WAITING -> DONE` and then wakes the waker in the slot;
-//! `poll` stores its waker in the slot and then reads the state. The slot is a mutex, so
-//! either the driver's wake sees the new waker or `poll` sees `DONE`: no lost wake-up. The
-//! driver clones the waker rather than taking it, so a re-armed entry keeps its waker.
-//!
-//! Only the owning `Sleep` re-arms an entry, and only once it is `DONE` (the driver has
-//! unlinked it); an entry still `WAITING` is cancelled and replaced instead.
+//! A registered `Sleep` owns a slot in one shard (`shard.rs`) from its first pending poll
+//! until it is dropped: state byte and waker slot, read and written only under that
+//! shard's lock. The driver fires it with `WAITING -> DONE` and takes the waker, waking it
+//! after unlocking; `poll` stores its waker if the slot still waits. Both happen under the
+//! lock, so either the driver takes the new waker or `poll` sees `DONE`: no lost wake-up.
+//! Re-arming (a reset, an `Interval` tick) reuses the slot: no allocation, ever, after the
+//! shard's slab and wheel are warm.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Instant;
 
-use crate::driver::{Fired, Inner, Insert, Inserted, STOPPED};
-use crate::metrics::Counters;
-use crate::sync::{Arc, Mutex, Ordering};
-use crate::task::{Job, PendingTask, Tally, TaskCore, DONE, SHUTDOWN, WAITING};
-
-pub(crate) struct SleepEntry {
-    core: TaskCore,
-    waker: Mutex<Option<Waker>>,
-}
-
-impl SleepEntry {
-    fn wake(&self) {
-        let waker = self.waker.lock().clone();
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-    }
-}
-
-impl Job for SleepEntry {
-    fn core(&self) -> &TaskCore {
-        &self.core
-    }
-
-    fn fire(&self, inner: &Inner, _deadline_tick: u64) -> Fired {
-        if !self.core.transition(WAITING, DONE) {
-            return Fired::Nothing;
-        }
-        Counters::bump(&inner.counters.fired);
-        self.wake();
-        Fired::Woke
-    }
-
-    fn run(self: Arc<Self>, _inner: &Arc<Inner>, _tally: &mut Tally) {}
-
-    fn take_pending(&self, _inner: &Inner, _deadline_tick: u64) -> Option<PendingTask> {
-        None
-    }
-
-    fn shut_down(&self) {
-        if self.core.transition(WAITING, SHUTDOWN) {
-            self.wake();
-        }
-    }
-}
+use crate::driver::{Inner, STOPPED};
+use crate::shard::{Arm, DONE, SHUTDOWN};
+use crate::sync::Arc;
 
 /// A future that completes at its deadline (by its timer's clock), never before.
 ///
 /// Created by [`Timer::sleep`](crate::Timer::sleep), [`sleep`](crate::sleep()) and friends.
-/// Creating one costs nothing; the first poll registers it with the timer (one allocation,
-/// one wheel insert under a short lock); dropping it cancels that registration in O(1). It is `Unpin`,
+/// Creating one costs a clock read; the first pending poll registers it with the timer (a
+/// slot and a wheel insert under a short lock, no allocation once warm); dropping it
+/// cancels that registration in O(1). It is `Unpin`,
 /// `Send` and `Sync`, and works on any executor.
 ///
 /// # Cancellation safety
@@ -83,17 +41,24 @@ impl Job for SleepEntry {
 pub struct Sleep {
     inner: Arc<Inner>,
     deadline: Instant,
-    entry: Option<Arc<SleepEntry>>,
+    /// `(shard, slot)` once registered; the slot is this `Sleep`'s until it is dropped.
+    reg: Option<(u32, u32)>,
+    /// Linked (or fired) since the last arm; `false` while unregistered or reset.
     armed: bool,
+    /// Read the clock before arming: the deadline may already have passed (`sleep_until`,
+    /// a reset, a zero duration). A fresh `sleep(d)` skips it (its deadline was ahead when
+    /// it was made) and relies on the wheel's clock, as tokio does.
+    check_clock: bool,
 }
 
 impl Sleep {
-    pub(crate) fn new(inner: Arc<Inner>, deadline: Instant) -> Self {
+    pub(crate) fn new(inner: Arc<Inner>, deadline: Instant, check_clock: bool) -> Self {
         Sleep {
             inner,
             deadline,
-            entry: None,
+            reg: None,
             armed: false,
+            check_clock,
         }
     }
 
@@ -106,69 +71,48 @@ impl Sleep {
     /// `true` once the deadline has passed by the timer's clock.
     #[must_use]
     pub fn is_elapsed(&self) -> bool {
-        match &self.entry {
-            Some(e) if self.armed && e.core.state.load(Ordering::SeqCst) == DONE => true,
-            _ => self.clock_now() >= self.deadline,
+        if let (true, Some((shard, slot))) = (self.armed, self.reg) {
+            if self
+                .inner
+                .with_shard(shard as usize, |s| s.sleep_state(slot))
+                == DONE
+            {
+                return true;
+            }
         }
+        self.clock_now() >= self.deadline
     }
 
     pub(crate) fn clock_now(&self) -> Instant {
-        self.inner.clock.now()
+        self.inner.now()
     }
 
     /// Moves the deadline, earlier or later; the future can be polled again after it
-    /// completed. Re-arming a completed `Sleep` reuses its registration (no allocation).
+    /// completed. Never allocates: a waiting registration moves in the wheel, a completed
+    /// one is re-linked by the next poll, in the same slot.
     pub fn reset(&mut self, deadline: Instant) {
-        if self.armed && deadline == self.deadline {
-            if let Some(e) = &self.entry {
-                if e.core.state.load(Ordering::SeqCst) == WAITING {
-                    return;
+        self.deadline = deadline;
+        self.check_clock = true;
+        let (true, Some((shard, slot))) = (self.armed, self.reg) else {
+            return;
+        };
+        let tick = self.inner.ticks.tick_ceil(deadline);
+        match self
+            .inner
+            .with_shard(shard as usize, |s| s.sleep_reset(slot, tick))
+        {
+            Some(wake) => {
+                if wake {
+                    self.inner.unpark_driver();
                 }
             }
+            None => self.armed = false,
         }
-        self.disarm();
-        self.deadline = deadline;
     }
+}
 
-    fn disarm(&mut self) {
-        if !self.armed {
-            return;
-        }
-        self.armed = false;
-        if let Some(e) = &self.entry {
-            if e.core.transition(WAITING, crate::task::CANCELLED) {
-                self.inner.cancelled(&e.core, false);
-                self.entry = None; // the driver may still hold it: never re-arm this one
-            } else if e.core.state.load(Ordering::SeqCst) != DONE {
-                self.entry = None;
-            }
-        }
-    }
-
-    fn register(&mut self, waker: &Waker) {
-        let entry = match self.entry.take() {
-            Some(e) => {
-                // DONE: the driver has unlinked it; only we touch it now.
-                *e.waker.lock() = Some(waker.clone());
-                e.core.state.store(WAITING, Ordering::SeqCst);
-                e
-            }
-            None => Arc::new(SleepEntry {
-                core: TaskCore::new(),
-                waker: Mutex::new(Some(waker.clone())),
-            }),
-        };
-        let tick = self.inner.ticks.tick_ceil(self.deadline);
-        if self
-            .inner
-            .insert(Arc::clone(&entry) as Arc<dyn Job>, tick, Insert::Async)
-            != Inserted::Linked
-        {
-            entry.shut_down();
-        }
-        self.entry = Some(entry);
-        self.armed = true;
-    }
+fn stopped() -> ! {
+    panic!("tickwheel: a Sleep was polled after its Timer stopped")
 }
 
 impl Future for Sleep {
@@ -177,42 +121,50 @@ impl Future for Sleep {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
         if !this.armed {
-            if this.clock_now() >= this.deadline {
+            if this.check_clock && this.clock_now() >= this.deadline {
                 return Poll::Ready(());
             }
-            assert!(
-                this.inner.run_state() != STOPPED,
-                "tickwheel: a Sleep was polled after its Timer stopped"
-            );
-            this.register(cx.waker());
-            // The slot already holds this waker: skip the slot lock below.
-            return match this
-                .entry
-                .as_ref()
-                .map(|e| e.core.state.load(Ordering::SeqCst))
-            {
-                Some(DONE) => Poll::Ready(()),
-                Some(SHUTDOWN) => panic!("tickwheel: a Sleep was polled after its Timer stopped"),
-                _ => Poll::Pending,
+            if this.inner.run_state() == STOPPED {
+                stopped();
+            }
+            let tick = this.inner.ticks.tick_ceil(this.deadline);
+            let waker = cx.waker().clone();
+            let (shard, armed) = match this.reg {
+                Some((shard, slot)) => (
+                    shard,
+                    this.inner
+                        .with_shard(shard as usize, |s| s.sleep_rearm(slot, waker, tick)),
+                ),
+                None => {
+                    let shard = this.inner.pick_shard();
+                    let armed = this
+                        .inner
+                        .with_shard(shard, |s| s.sleep_register(waker, tick));
+                    (shard as u32, armed)
+                }
             };
-        }
-        let Some(entry) = &this.entry else {
-            return Poll::Pending;
-        };
-        match entry.core.state.load(Ordering::SeqCst) {
-            DONE => return Poll::Ready(()),
-            SHUTDOWN => panic!("tickwheel: a Sleep was polled after its Timer stopped"),
-            _ => {}
-        }
-        {
-            let mut slot = entry.waker.lock();
-            if !slot.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                *slot = Some(cx.waker().clone());
+            match armed {
+                Arm::Linked(slot, wake) => {
+                    this.reg = Some((shard, slot));
+                    this.armed = true;
+                    if wake {
+                        this.inner.unpark_driver();
+                    }
+                    return Poll::Pending;
+                }
+                Arm::Elapsed => return Poll::Ready(()),
+                Arm::Closed => stopped(),
             }
         }
-        match entry.core.state.load(Ordering::SeqCst) {
+        let Some((shard, slot)) = this.reg else {
+            return Poll::Pending;
+        };
+        match this
+            .inner
+            .with_shard(shard as usize, |s| s.sleep_poll(slot, cx.waker()))
+        {
             DONE => Poll::Ready(()),
-            SHUTDOWN => panic!("tickwheel: a Sleep was polled after its Timer stopped"),
+            SHUTDOWN => stopped(),
             _ => Poll::Pending,
         }
     }
@@ -220,7 +172,12 @@ impl Future for Sleep {
 
 impl Drop for Sleep {
     fn drop(&mut self) {
-        self.disarm();
+        if let Some((shard, slot)) = self.reg.take() {
+            let waker = self
+                .inner
+                .with_shard(shard as usize, |s| s.sleep_drop(slot));
+            drop(waker); // outside the lock
+        }
     }
 }
 
@@ -230,5 +187,53 @@ impl fmt::Debug for Sleep {
             .field("deadline", &self.deadline)
             .field("registered", &self.armed)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{Clock, ManualClock, Timer};
+
+    fn poll(sleep: &mut Sleep) -> Poll<()> {
+        let waker = futures::task::noop_waker();
+        Pin::new(sleep).poll(&mut Context::from_waker(&waker))
+    }
+
+    /// Issue 13: moving a registered `Sleep` earlier (or later, or re-arming it after it
+    /// fired) reuses its slot and wheel entry: the slab and the wheel do not grow, and no
+    /// allocation is made (the only allocations on this path would be growing them).
+    #[test]
+    fn rearming_reuses_the_slot() {
+        let clock = ManualClock::new();
+        let timer = Timer::builder()
+            .clock(clock.clone())
+            .worker_threads(0)
+            .shards(1)
+            .__manual_driver()
+            .build()
+            .expect("build");
+        let mut sleep = timer.sleep(Duration::from_secs(60));
+        assert!(poll(&mut sleep).is_pending());
+        let reg = sleep.reg;
+        let inner = Arc::clone(timer.inner());
+        let before = inner.with_shard(0, |s| s.capacities());
+        for ms in [30_000u64, 10, 5] {
+            sleep.reset(clock.now() + Duration::from_millis(ms));
+            assert!(poll(&mut sleep).is_pending());
+            assert_eq!(sleep.reg, reg, "same slot");
+        }
+        clock.advance(Duration::from_millis(5));
+        timer.__turn();
+        assert!(poll(&mut sleep).is_ready());
+        sleep.reset(clock.now() + Duration::from_millis(1));
+        assert!(poll(&mut sleep).is_pending(), "re-armed after firing");
+        assert_eq!(sleep.reg, reg, "same slot after firing");
+        assert_eq!(inner.with_shard(0, |s| s.capacities()), before);
+        clock.advance(Duration::from_millis(1));
+        timer.__turn();
+        assert!(poll(&mut sleep).is_ready());
     }
 }

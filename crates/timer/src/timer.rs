@@ -1,18 +1,18 @@
 //! The [`Timer`] service: schedule callbacks from any thread, cancel them cheaply.
 
 use std::future::Future;
-use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::builder::Builder;
-use crate::driver::{join_all, Inner, Insert, Inserted};
+use crate::driver::{join_all, Inner};
 use crate::error::ScheduleError;
 use crate::interval::{Interval, MissedTickBehavior};
 use crate::metrics::{Counters, Metrics};
+use crate::shard::{Task, CANCELLED, CANCELLING, DONE, ONCE, REPEAT, RUNNING, WAITING};
 use crate::sleep::Sleep;
-use crate::sync::Arc;
-use crate::task::{Job, OnceTask, PendingTask, RepeatTask, TimerHandle};
+use crate::sync::{Arc, Mutex};
+use crate::task::{PendingTask, Repeat, TaskState, TimerHandle};
 use crate::timeout::Timeout;
 
 /// A timer service: a driver thread that owns a hierarchical timing wheel, plus a pool of
@@ -59,16 +59,15 @@ fn stop_inner(inner: &Inner, threads: &Threads) -> Vec<PendingTask> {
     if !inner.mark_stopped() {
         return Vec::new();
     }
-    let (driver, workers) = std::mem::take(
-        &mut *threads
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner),
-    );
-    // The driver must have exited before we take its wheel; the workers after, so that
-    // callbacks dispatched but not started are returned rather than run.
+    let (driver, workers) = std::mem::take(&mut *threads.lock());
+    // The driver must have exited before we drain the shards; the workers after, so that
+    // callbacks dispatched but not started are returned rather than run, and repeating
+    // runs in flight are returned once they end.
     join_all(driver.into_iter().collect());
-    let pending = inner.collect_after_stop();
+    let mut pending = inner.collect_after_stop();
     join_all(workers);
+    pending.extend(inner.take_returned());
+    pending.sort_by_key(PendingTask::deadline);
     pending
 }
 
@@ -115,7 +114,7 @@ impl Timer {
     /// The current time by this timer's clock.
     #[must_use]
     pub fn now(&self) -> Instant {
-        self.inner().clock.now()
+        self.inner().now()
     }
 
     /// The tick resolution.
@@ -130,6 +129,9 @@ impl Timer {
     /// plus OS wake-up latency, when workers are free. The delay may be anything,
     /// `Duration::MAX` included (that timer just never fires).
     ///
+    /// Cost: one clock read and one short lock of the calling thread's shard; a closure
+    /// that captures data is boxed (one allocation), one that captures nothing is not.
+    ///
     /// # Errors
     ///
     /// [`ScheduleError::Full`] when `max_pending` callbacks already wait,
@@ -139,10 +141,10 @@ impl Timer {
     where
         F: FnOnce() + Send + 'static,
     {
-        let at = self
-            .now()
+        let now = self.now();
+        let at = now
             .checked_add(delay)
-            .unwrap_or_else(crate::driver::far_future);
+            .unwrap_or_else(|| crate::driver::far_after(now));
         self.schedule_at(at, f)
     }
 
@@ -155,18 +157,9 @@ impl Timer {
     where
         F: FnOnce() + Send + 'static,
     {
-        let inner = self.inner();
-        if let Some(refusal) = self.refuse() {
-            return Err(refusal(f));
-        }
-        let tick = inner.ticks.tick_ceil(at);
-        let task = Arc::new(OnceTask::new(f));
-        self.submit_checked(Arc::clone(&task) as Arc<dyn Job>, tick, || task.take())?;
-        Ok(TimerHandle {
-            job: task,
-            inner: Arc::clone(inner),
-            deadline: at,
-        })
+        let tick = self.inner().ticks.tick_ceil(at);
+        self.submit(ONCE, tick, Box::new(f), |f| Task::Once(f))
+            .map_err(|e| e.map(|f| *f))
     }
 
     /// Runs `f` every `period`, the first time `initial_delay` from now, until cancelled.
@@ -197,58 +190,135 @@ impl Timer {
             "tickwheel: a repeating task's period must be non-zero"
         );
         let inner = self.inner();
-        if let Some(refusal) = self.refuse() {
-            return Err(refusal(f));
-        }
-        let at = self
-            .now()
+        let now = self.now();
+        let at = now
             .checked_add(initial_delay)
-            .unwrap_or_else(crate::driver::far_future);
+            .unwrap_or_else(|| crate::driver::far_after(now));
         let tick = inner.ticks.tick_ceil(at);
         let period_ticks = u64::try_from(
             period
                 .as_nanos()
                 .div_ceil(inner.resolution.as_nanos().max(1)),
         )
-        .unwrap_or(u64::MAX);
-        let task = Arc::new(RepeatTask::new(f, tick, period, period_ticks, behavior));
-        self.submit_checked(Arc::clone(&task) as Arc<dyn Job>, tick, || task.take())?;
-        Ok(TimerHandle {
-            job: task,
-            inner: Arc::clone(inner),
-            deadline: at,
+        .unwrap_or(u64::MAX)
+        .max(1);
+        self.submit(REPEAT, tick, f, move |f| {
+            Task::Repeat(Box::new(Repeat {
+                f: Box::new(f),
+                period,
+                period_ticks,
+                behavior,
+                due: tick,
+            }))
         })
     }
 
-    /// Checks shutdown and `max_pending`; on refusal, a constructor of the error.
-    fn refuse<F>(&self) -> Option<fn(F) -> ScheduleError<F>> {
-        let inner = self.inner();
-        if !inner.is_shutting_down() {
-            return None; // `max_pending` is checked under the wheel lock, in `insert`
-        }
-        Counters::bump(&inner.counters.rejected);
-        Some(ScheduleError::Shutdown)
-    }
-
-    /// Links a reserved task into the wheel. If `stop` has already drained the wheel, takes
-    /// the closure back: every task either runs, is returned by `stop`, or is refused here.
-    fn submit_checked<F>(
+    /// Links a new callback into the calling thread's shard, or refuses it (shutting down,
+    /// stopped, or `max_pending`) and gives `payload` back.
+    fn submit<P>(
         &self,
-        job: Arc<dyn Job>,
+        kind: u8,
         tick: u64,
-        take: impl FnOnce() -> Option<F>,
-    ) -> Result<(), ScheduleError<F>> {
+        payload: P,
+        into_task: impl FnOnce(P) -> Task,
+    ) -> Result<TimerHandle, ScheduleError<P>> {
         let inner = self.inner();
-        let refusal: fn(F) -> ScheduleError<F> = match inner.insert(job, tick, Insert::Callback) {
-            Inserted::Linked => return Ok(()),
-            Inserted::Closed => ScheduleError::Shutdown,
-            Inserted::Full => ScheduleError::Full,
+        let refused = if inner.is_shutting_down() {
+            ScheduleError::Shutdown(payload)
+        } else {
+            let i = inner.pick_shard();
+            let linked = inner.with_shard(i, |s| {
+                if s.closed {
+                    return Err(ScheduleError::Shutdown(payload));
+                }
+                if inner.is_full(i, s.pending) {
+                    return Err(ScheduleError::Full(payload));
+                }
+                Ok(s.schedule(kind, into_task(payload), tick))
+            });
+            match linked {
+                Ok((slot, gen, wake)) => {
+                    if wake {
+                        inner.unpark_driver();
+                    }
+                    return Ok(TimerHandle {
+                        shard: i as u32,
+                        slot,
+                        gen,
+                    });
+                }
+                Err(refused) => refused,
+            }
         };
         Counters::bump(&inner.counters.rejected);
-        match take() {
-            Some(f) => Err(refusal(f)),
-            None => Ok(()),
+        Err(refused)
+    }
+
+    /// Cancels a callback. Returns `true` only if this call prevented a run: the callback
+    /// had not fired yet (for a repeating task: no further run will start, though a run in
+    /// progress finishes). O(1); the closure is dropped and the timer's memory freed before
+    /// this returns, not at the deadline. A stale handle (finished timer, reused slot,
+    /// another timer's handle) returns `false` and touches nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tickwheel::{TaskState, Timer};
+    ///
+    /// let timer = Timer::new();
+    /// let handle = timer.schedule(Duration::from_secs(60), || unreachable!())?;
+    /// assert!(timer.cancel(handle));
+    /// assert!(!timer.cancel(handle), "a second cancel prevents nothing");
+    /// assert_eq!(timer.state(handle), TaskState::Cancelled);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cancel(&self, handle: TimerHandle) -> bool {
+        let inner = self.inner();
+        let i = handle.shard as usize;
+        if i >= inner.shard_count() {
+            return false;
         }
+        match inner.with_shard(i, |s| s.cancel(handle.slot, handle.gen)) {
+            Some(task) => {
+                drop(task); // outside the lock
+                inner.released();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The state of a callback now; [`TaskState::Unknown`] once its slot holds a newer
+    /// timer (or for another timer's handle).
+    #[must_use]
+    pub fn state(&self, handle: TimerHandle) -> TaskState {
+        let inner = self.inner();
+        let i = handle.shard as usize;
+        if i >= inner.shard_count() {
+            return TaskState::Unknown;
+        }
+        match inner.with_shard(i, |s| s.state(handle.slot, handle.gen)) {
+            Some(WAITING) => TaskState::Waiting,
+            Some(RUNNING) => TaskState::Running,
+            Some(DONE) => TaskState::Done,
+            Some(CANCELLED | CANCELLING) => TaskState::Cancelled,
+            _ => TaskState::Unknown,
+        }
+    }
+
+    /// When a waiting callback is due (rounded up to the tick); for a repeating task, its
+    /// next run. `None` once it is running, finished or unknown.
+    #[must_use]
+    pub fn deadline(&self, handle: TimerHandle) -> Option<Instant> {
+        let inner = self.inner();
+        let i = handle.shard as usize;
+        if i >= inner.shard_count() {
+            return None;
+        }
+        inner
+            .with_shard(i, |s| s.deadline(handle.slot, handle.gen))
+            .map(|tick| inner.instant_of(tick))
     }
 
     /// Callbacks scheduled and not yet run or cancelled (repeating tasks count until
@@ -266,7 +336,12 @@ impl Timer {
 
     /// Stops the service now: no callback starts after this returns, running ones are
     /// waited for, and every callback that never ran is returned (sorted by deadline) so
-    /// the caller can run, persist or drop it. Pending async timers are woken and panic
+    /// the caller can run, persist or drop it. Repeating tasks are returned too (with
+    /// their next deadline and [`PendingTask::period`]); one whose run is in progress when
+    /// `stop` is called is returned once that run ends (`stop` waits for it), unless `stop`
+    /// is called from that very run, which then ends the task. A one-shot callback that had
+    /// fired (was handed to a worker) but not started is returned too, though its handle
+    /// already reports [`TaskState::Done`]. Pending async timers are woken and panic
     /// when polled (see [`Sleep`]). Later calls return an empty `Vec`; `schedule*` returns
     /// [`ScheduleError::Shutdown`] from now on.
     ///
@@ -307,16 +382,16 @@ impl Timer {
 
     /// A future that completes `duration` from now; see [`Sleep`].
     pub fn sleep(&self, duration: Duration) -> Sleep {
-        let at = self
-            .now()
+        let now = self.now();
+        let at = now
             .checked_add(duration)
-            .unwrap_or_else(crate::driver::far_future);
-        Sleep::new(Arc::clone(self.inner()), at)
+            .unwrap_or_else(|| crate::driver::far_after(now));
+        Sleep::new(Arc::clone(self.inner()), at, duration.is_zero())
     }
 
     /// A future that completes at `deadline`; see [`Sleep`].
     pub fn sleep_until(&self, deadline: Instant) -> Sleep {
-        Sleep::new(Arc::clone(self.inner()), deadline)
+        Sleep::new(Arc::clone(self.inner()), deadline, true)
     }
 
     /// Runs `future` with a time limit; see [`Timeout`].

@@ -310,3 +310,50 @@ fn delay_queue_reset_moves_deadlines_and_keys_are_generational() {
     assert_eq!(q.get(c), Some(&'c'));
     assert_eq!(q.len(), 2);
 }
+
+/// `peek` (an index, no scan) against a model: after every insert / remove / reset /
+/// expiry, the peeked key is live and has the earliest deadline.
+#[test]
+fn delay_queue_peek_matches_a_model() {
+    let clock = ManualClock::new();
+    let timer = Timer::builder()
+        .clock(clock.clone())
+        .worker_threads(0)
+        .build()
+        .expect("build");
+    let mut queue = DelayQueue::with_timer(&timer);
+    let mut live: Vec<tickwheel::Key> = Vec::new();
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut next = |n: u64| {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (x >> 33) % n
+    };
+    let waker = futures::task::noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    for step in 0..3_000 {
+        match next(10) {
+            0..=3 => live.push(queue.insert(step, Duration::from_millis(next(500)))),
+            4 | 5 if !live.is_empty() => {
+                let k = live.swap_remove(next(live.len() as u64) as usize);
+                assert!(queue.remove(k).is_some(), "a live key removes its value");
+            }
+            6 | 7 if !live.is_empty() => {
+                let k = live[next(live.len() as u64) as usize];
+                assert!(queue.reset(k, Duration::from_millis(next(500))));
+            }
+            _ => {
+                clock.advance(Duration::from_millis(next(40)));
+                while let Poll::Ready(Some(e)) = queue.poll_expired(&mut cx) {
+                    live.retain(|k| *k != e.key());
+                }
+            }
+        }
+        let earliest = live.iter().filter_map(|k| queue.deadline(*k)).min();
+        let peeked = queue
+            .peek()
+            .map(|k| queue.deadline(k).expect("peek returns a live key"));
+        assert_eq!(peeked, earliest, "step {step}");
+    }
+}

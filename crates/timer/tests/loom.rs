@@ -65,8 +65,10 @@ fn cancel_vs_fire() {
                 r.fetch_add(1, SeqCst);
             })
             .expect("schedule");
-        let h = handle.clone();
-        let canceller = thread::spawn(move || h.cancel());
+        let canceller = {
+            let timer = timer.clone();
+            thread::spawn(move || timer.cancel(handle))
+        };
         let driver = {
             let timer = timer.clone();
             thread::spawn(move || {
@@ -87,7 +89,7 @@ fn cancel_vs_fire() {
         } else {
             TaskState::Done
         };
-        assert_eq!(handle.state(), expected);
+        assert_eq!(timer.state(handle), expected);
         assert_eq!(timer.pending(), 0);
     });
 }
@@ -206,8 +208,10 @@ fn cancel_vs_repeating_reinsert() {
                 },
             )
             .expect("schedule");
-        let h = handle.clone();
-        let canceller = thread::spawn(move || h.cancel());
+        let canceller = {
+            let timer = timer.clone();
+            thread::spawn(move || timer.cancel(handle))
+        };
         let driver = {
             let timer = timer.clone();
             thread::spawn(move || {
@@ -225,8 +229,87 @@ fn cancel_vs_repeating_reinsert() {
         clock.advance(Duration::from_millis(5));
         timer.__turn();
         assert_eq!(runs.load(SeqCst), after, "no run starts after the cancel");
-        assert_eq!(handle.state(), TaskState::Cancelled);
+        assert_eq!(timer.state(handle), TaskState::Cancelled);
         assert_eq!(timer.pending(), 0);
         assert_eq!(timer.stop().len(), 0);
+    });
+}
+
+fn sharded_timer() -> (Timer, ManualClock) {
+    let clock = ManualClock::new();
+    let timer = Timer::builder()
+        .clock(clock.clone())
+        .worker_threads(0)
+        .shards(2)
+        .__manual_driver()
+        .build()
+        .expect("build");
+    (timer, clock)
+}
+
+/// Schedule on one thread while the driver turns; cancel from another thread than the
+/// scheduling one, racing the next turn. Exactly one of run / cancel happens.
+#[test]
+fn cancel_from_another_thread_than_the_scheduler() {
+    model(|| {
+        let (timer, clock) = sharded_timer();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let producer = {
+            let timer = timer.clone();
+            let ran = Arc::clone(&ran);
+            thread::spawn(move || {
+                timer
+                    .schedule(Duration::from_millis(1), move || {
+                        ran.fetch_add(1, SeqCst);
+                    })
+                    .expect("schedule")
+            })
+        };
+        let handle = producer.join().expect("producer");
+        clock.advance(Duration::from_millis(1));
+        let driver = {
+            let timer = timer.clone();
+            thread::spawn(move || {
+                timer.__turn();
+            })
+        };
+        let cancelled = timer.cancel(handle);
+        driver.join().expect("driver");
+        timer.__turn();
+        let ran = ran.load(SeqCst);
+        assert_eq!(
+            ran + usize::from(cancelled),
+            1,
+            "ran {ran}, cancelled {cancelled}"
+        );
+        assert_eq!(timer.pending(), 0);
+        assert!(timer.stop().is_empty());
+    });
+}
+
+/// A stale handle used while its slot is being reused by a new timer: the stale cancel
+/// never takes the new timer.
+#[test]
+fn stale_cancel_vs_slot_reuse() {
+    model(|| {
+        let (timer, _clock) = manual_timer();
+        let old = timer
+            .schedule(Duration::from_secs(60), || ())
+            .expect("schedule");
+        assert!(timer.cancel(old));
+        let stale = {
+            let timer = timer.clone();
+            thread::spawn(move || timer.cancel(old))
+        };
+        let new = timer
+            .schedule(Duration::from_secs(60), || ())
+            .expect("schedule");
+        assert!(
+            !stale.join().expect("stale canceller"),
+            "a stale handle cancels nothing"
+        );
+        assert_eq!(timer.state(new), TaskState::Waiting);
+        assert_eq!(timer.pending(), 1);
+        assert_eq!(timer.stop().len(), 1);
     });
 }

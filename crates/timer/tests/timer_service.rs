@@ -62,10 +62,10 @@ fn a_timer_does_not_fire_before_its_deadline_on_a_manual_clock() {
         rx.recv_timeout(Duration::from_millis(50)).is_err(),
         "fired early"
     );
-    assert_eq!(handle.state(), TaskState::Waiting);
+    assert_eq!(timer.state(handle), TaskState::Waiting);
     clock.advance(Duration::from_millis(1));
     rx.recv_timeout(WAIT).expect("fired at its deadline");
-    eventually("done", || handle.state() == TaskState::Done);
+    eventually("done", || timer.state(handle) == TaskState::Done);
 }
 
 #[test]
@@ -102,14 +102,14 @@ fn cancel_prevents_the_run_and_drops_the_closure_at_once() {
         .expect("schedule");
     assert_eq!(Arc::strong_count(&token), 2);
     assert_eq!(timer.pending(), 1);
-    assert!(handle.cancel());
+    assert!(timer.cancel(handle));
     assert_eq!(
         Arc::strong_count(&token),
         1,
         "closure dropped by cancel, not at its deadline"
     );
-    assert!(!handle.cancel());
-    assert_eq!(handle.state(), TaskState::Cancelled);
+    assert!(!timer.cancel(handle));
+    assert_eq!(timer.state(handle), TaskState::Cancelled);
     assert_eq!(timer.pending(), 0);
     assert_eq!(timer.metrics().cancelled, 1);
     assert!(timer.stop().is_empty());
@@ -124,8 +124,8 @@ fn cancel_after_the_run_returns_false() {
         .expect("schedule");
     clock.advance(Duration::from_millis(1));
     rx.recv_timeout(WAIT).expect("ran");
-    eventually("done", || handle.state() == TaskState::Done);
-    assert!(!handle.cancel());
+    eventually("done", || timer.state(handle) == TaskState::Done);
+    assert!(!timer.cancel(handle));
     assert_eq!(timer.metrics().fired, 1);
 }
 
@@ -182,7 +182,7 @@ fn max_pending_refuses_and_gives_the_task_back() {
     assert_eq!(err.to_string().chars().last(), Some('.'));
     (err.into_inner())();
     assert_eq!(rx.try_recv(), Ok(42), "the refused task comes back");
-    assert!(second.cancel());
+    assert!(timer.cancel(second));
     timer
         .schedule(Duration::from_secs(1), || ())
         .expect("room again after a cancel");
@@ -251,7 +251,7 @@ fn graceful_shutdown_waits_for_scheduled_tasks() {
         3,
         "every one-shot ran before shutdown returned"
     );
-    assert_eq!(repeating.state(), TaskState::Cancelled);
+    assert_eq!(timer.state(repeating), TaskState::Cancelled);
     assert!(timer
         .schedule(Duration::ZERO, || ())
         .expect_err("closed")
@@ -283,14 +283,14 @@ fn repeating_tasks_follow_the_missed_tick_policy() {
         eventually("first run", || runs.load(Ordering::SeqCst) >= 1);
         std::thread::sleep(Duration::from_millis(30));
         assert_eq!(runs.load(Ordering::SeqCst), expected_runs, "{behavior:?}");
-        let next = handle.deadline() - start;
+        let next = timer.deadline(handle).expect("waiting for its next run") - start;
         let expected_next = match behavior {
             MissedTickBehavior::Burst => Duration::from_millis(60),
             MissedTickBehavior::Skip => Duration::from_millis(60),
             _ => Duration::from_millis(65),
         };
         assert_eq!(next, expected_next, "{behavior:?}");
-        assert!(handle.cancel());
+        assert!(timer.cancel(handle));
     }
 }
 
@@ -321,11 +321,11 @@ fn dropping_the_last_timer_joins_its_threads() {
 fn far_deadlines_are_accepted() {
     let (timer, _clock) = manual(0);
     let h = timer.schedule(Duration::MAX, || ()).expect("Duration::MAX");
-    assert_eq!(h.state(), TaskState::Waiting);
+    assert_eq!(timer.state(h), TaskState::Waiting);
     let h2 = timer
         .schedule(Duration::from_secs(86_400 * 365 * 100), || ())
         .expect("a century");
-    assert!(h.cancel() && h2.cancel());
+    assert!(timer.cancel(h) && timer.cancel(h2));
 }
 
 #[test]
@@ -345,7 +345,7 @@ fn many_producers_schedule_and_cancel_concurrently() {
                             fired.fetch_add(1, Ordering::SeqCst);
                         })
                         .expect("schedule");
-                    if i % 2 == 0 && h.cancel() {
+                    if i % 2 == 0 && timer.cancel(h) {
                         continue;
                     }
                     kept += 1;
@@ -362,4 +362,222 @@ fn many_producers_schedule_and_cancel_concurrently() {
     assert_eq!(m.scheduled, 20_000);
     assert_eq!(m.fired + m.cancelled, 20_000);
     assert_eq!(timer.pending(), 0);
+}
+
+/// Regression (issue 13): `stop` dropped pending repeating tasks instead of returning them,
+/// because the driver's last turn swept them as if for a graceful shutdown.
+#[test]
+fn stop_returns_pending_repeating_tasks_too() {
+    let (timer, clock) = manual(1);
+    let start = clock.now();
+    timer
+        .schedule(Duration::from_secs(5), || ())
+        .expect("one-shot");
+    timer
+        .schedule_repeating(
+            Duration::from_secs(10),
+            Duration::from_secs(1),
+            MissedTickBehavior::Skip,
+            || (),
+        )
+        .expect("repeating");
+    let left = timer.stop();
+    let seen: Vec<_> = left
+        .iter()
+        .map(|t| (t.deadline() - start, t.period()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (Duration::from_secs(5), None),
+            (Duration::from_secs(10), Some(Duration::from_secs(1)))
+        ]
+    );
+    assert_eq!(
+        timer.metrics().cancelled,
+        2,
+        "both counted once, as returned"
+    );
+}
+
+/// A handle is a key: once its timer is gone and its slot holds a newer timer, the old
+/// handle neither cancels nor reports that newer timer.
+#[test]
+fn a_stale_handle_never_cancels_a_newer_timer_in_its_reused_slot() {
+    let (timer, clock) = manual(1);
+    let old = timer
+        .schedule(Duration::from_secs(60), || ())
+        .expect("schedule");
+    assert!(timer.cancel(old));
+    assert_eq!(
+        timer.state(old),
+        TaskState::Cancelled,
+        "slot not reused yet"
+    );
+    let (tx, rx) = mpsc::channel();
+    let new = timer
+        .schedule(Duration::from_millis(1), move || tx.send(()).expect("send"))
+        .expect("schedule");
+    assert_ne!(old, new);
+    assert!(!timer.cancel(old), "the stale handle cancels nothing");
+    assert_eq!(timer.state(old), TaskState::Unknown);
+    assert_eq!(timer.deadline(old), None);
+    assert_eq!(timer.state(new), TaskState::Waiting);
+    clock.advance(Duration::from_millis(1));
+    rx.recv_timeout(WAIT).expect("the newer timer still fires");
+    eventually("done", || timer.state(new) == TaskState::Done);
+    assert!(!timer.cancel(new));
+    assert_eq!(timer.metrics().cancelled, 1);
+}
+
+/// A handle of one timer means nothing to another.
+#[test]
+fn a_handle_of_another_timer_is_rejected() {
+    let (a, _ca) = manual(0);
+    let (b, _cb) = manual(0);
+    let ha = a.schedule(Duration::from_secs(60), || ()).expect("a");
+    let hb = b.schedule(Duration::from_secs(60), || ()).expect("b");
+    assert!(!b.cancel(ha), "a's handle must not cancel b's timer");
+    assert_eq!(b.state(ha), TaskState::Unknown);
+    assert_eq!(b.state(hb), TaskState::Waiting);
+    assert!(a.cancel(ha) && b.cancel(hb));
+}
+
+/// Issue 13: a repeating task whose run is in progress when `stop` is called is not lost:
+/// `stop` waits for the run and returns the task with its next deadline.
+#[test]
+fn stop_returns_a_repeating_task_whose_run_is_in_progress() {
+    let (timer, clock) = manual(1);
+    let start = clock.now();
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = Arc::clone(&runs);
+    let handle = timer
+        .schedule_repeating(
+            Duration::from_millis(1),
+            Duration::from_secs(10),
+            MissedTickBehavior::Skip,
+            move || {
+                r.fetch_add(1, Ordering::SeqCst);
+                let _ = entered_tx.send(());
+                let _ = release_rx.recv_timeout(WAIT);
+            },
+        )
+        .expect("schedule");
+    clock.advance(Duration::from_millis(1));
+    entered_rx
+        .recv_timeout(WAIT)
+        .expect("the first run started");
+    assert_eq!(timer.state(handle), TaskState::Running);
+    let stopper = {
+        let timer = timer.clone();
+        std::thread::spawn(move || timer.stop())
+    };
+    // Wait until `stop` has begun (schedules are refused), then let the run finish.
+    let mut accepted = 0;
+    eventually("stop began", || {
+        match timer.schedule(Duration::from_secs(1), || ()) {
+            Ok(_) => {
+                accepted += 1;
+                false
+            }
+            Err(e) => e.is_shutdown(),
+        }
+    });
+    release_tx.send(()).expect("release");
+    let left = stopper.join().expect("stop");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let repeating: Vec<_> = left.iter().filter(|t| t.period().is_some()).collect();
+    assert_eq!(repeating.len(), 1, "the running repeating task is returned");
+    assert_eq!(
+        repeating[0].deadline() - start,
+        Duration::from_millis(1) + Duration::from_secs(10),
+        "with its next deadline"
+    );
+    assert_eq!(left.len(), 1 + accepted);
+    assert_eq!(timer.state(handle), TaskState::Cancelled);
+}
+
+/// Cancelling a repeating task while its run is in progress: the run finishes, no further
+/// run starts, and the closure is dropped when the run ends.
+#[test]
+fn cancel_during_a_repeating_run_prevents_further_runs() {
+    let (timer, clock) = manual(1);
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let token = Arc::new(());
+    let held = Arc::clone(&token);
+    let handle = timer
+        .schedule_repeating(
+            Duration::from_millis(1),
+            Duration::from_millis(1),
+            MissedTickBehavior::Burst,
+            move || {
+                let _keep = &held;
+                let _ = entered_tx.send(());
+                let _ = release_rx.recv_timeout(WAIT);
+            },
+        )
+        .expect("schedule");
+    clock.advance(Duration::from_millis(1));
+    entered_rx.recv_timeout(WAIT).expect("running");
+    assert!(timer.cancel(handle), "cancels the runs after this one");
+    assert_eq!(timer.state(handle), TaskState::Cancelled);
+    release_tx.send(()).expect("release");
+    eventually("closure dropped", || Arc::strong_count(&token) == 1);
+    clock.advance(Duration::from_millis(10));
+    assert!(
+        entered_rx.recv_timeout(Duration::from_millis(50)).is_err(),
+        "no run after the cancel"
+    );
+    assert_eq!(timer.pending(), 0);
+}
+
+/// Producers on several threads land on different shards; cancels from other threads
+/// reach the right shard; the driver fires from all of them.
+#[test]
+fn shards_fire_and_cancel_across_threads() {
+    let timer = Timer::builder()
+        .worker_threads(2)
+        .shards(4)
+        .build()
+        .expect("build");
+    let fired = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..4)
+        .map(|t| {
+            let timer = timer.clone();
+            let fired = Arc::clone(&fired);
+            std::thread::spawn(move || {
+                (0..200u64)
+                    .map(|i| {
+                        let fired = Arc::clone(&fired);
+                        let delay =
+                            Duration::from_millis(if i % 2 == 0 { 3_600_000 } else { i % 7 });
+                        (
+                            i,
+                            t,
+                            timer
+                                .schedule(delay, move || {
+                                    fired.fetch_add(1, Ordering::SeqCst);
+                                })
+                                .expect("schedule"),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .flat_map(|t| t.join().expect("producer"))
+        .collect();
+    // Cancel the far ones from this (non-scheduling) thread.
+    for (i, _, h) in &handles {
+        if i % 2 == 0 {
+            assert!(timer.cancel(*h));
+        }
+    }
+    eventually("the near half fired", || {
+        fired.load(Ordering::SeqCst) == 400
+    });
+    assert_eq!(timer.pending(), 0);
+    assert!(timer.stop().is_empty());
 }

@@ -1,0 +1,552 @@
+//! A shard: one wheel, the slab of task slots it points into, and one short lock.
+//!
+//! # Ground rules
+//!
+//! - A timer lives in a [`Slot`] of its shard's slab: state byte, kind, generation, wheel
+//!   key and the task itself (the closure, a repeating task, or a `Sleep`'s waker). The
+//!   wheel holds only the slot index. Nothing is reference counted and nothing is
+//!   allocated per timer once the slab and the wheel are warm (a closure that captures
+//!   data is boxed; one that captures nothing is not).
+//! - **Everything about a slot is read and written under its shard's lock**: schedule,
+//!   cancel, state, the driver taking due timers out (a one-shot callback's slot is freed
+//!   right then, as fired: its task travels on without it), a worker ending a repeating
+//!   run, `stop` draining. So there are no lock-free races to reason about per timer; the only
+//!   question is which of two lock holders comes first, and each outcome is a valid
+//!   history (loom checks them, `tests/loom.rs`). Callbacks, wakers and closure drops run
+//!   outside the lock.
+//! - **Handles are keys.** A [`TimerHandle`](crate::TimerHandle) is `(shard, slot,
+//!   generation)`. A slot's generation changes each time it is reused, and a freed slot
+//!   keeps its final state (done / cancelled) until then, so a handle reports its own
+//!   timer's outcome while it can and [`TaskState::Unknown`](crate::TaskState::Unknown)
+//!   after reuse; it never cancels or reports the newer timer in its slot. Generations
+//!   start at a per-timer seed, so a handle of another `Timer` is rejected too (in all but
+//!   freak cases, like wheel keys).
+//! - **Waking the driver.** `sleep_until` is the tick the driver sleeps towards (`AWAKE`
+//!   while it works). A producer that links an earlier tick lowers it under the lock and
+//!   unparks the driver after unlocking. The driver sets it in every shard, under each
+//!   shard's lock, after reading that shard's next deadline (see `Inner::turn`), so
+//!   either the driver sees a new timer or its producer sees the target and wakes it.
+
+use std::task::Waker;
+
+use tickwheel_core::{TimerKey, Wheel};
+
+use crate::task::{PendingTask, Repeat};
+
+/// `sleep_until` while the driver is awake: no producer needs to wake it.
+pub(crate) const AWAKE: u64 = 0;
+
+/// Linked in the wheel.
+pub(crate) const WAITING: u8 = 0;
+/// A repeating task taken off the wheel by the driver: queued for a worker, or running.
+pub(crate) const RUNNING: u8 = 1;
+/// A one-shot callback fired (was handed to a worker); a repeating task ended; an async
+/// timer fired.
+pub(crate) const DONE: u8 = 2;
+/// Cancelled, or returned by `stop`, before it ran.
+pub(crate) const CANCELLED: u8 = 3;
+/// A repeating task cancelled while its run is in flight: no further run.
+pub(crate) const CANCELLING: u8 = 4;
+/// An async timer whose service stopped before it fired.
+pub(crate) const SHUTDOWN: u8 = 5;
+/// An async timer registered but not linked (its `Sleep` was reset).
+pub(crate) const IDLE: u8 = 6;
+
+pub(crate) const ONCE: u8 = 0;
+pub(crate) const REPEAT: u8 = 1;
+pub(crate) const SLEEP: u8 = 2;
+
+/// No slot: ends the free list.
+const NIL: u32 = u32::MAX;
+
+/// What a slot holds.
+pub(crate) enum Task {
+    /// Nothing (a vacant slot, or a task out with a worker).
+    Empty,
+    Once(Box<dyn FnOnce() + Send>),
+    Repeat(Box<Repeat>),
+    Sleep(Option<Waker>),
+}
+
+impl Task {
+    fn take(&mut self) -> Task {
+        std::mem::replace(self, Task::Empty)
+    }
+}
+
+/// One timer. 40 bytes (a unit test pins it), plus the wheel's entry.
+pub(crate) struct Slot {
+    /// The wheel key while `WAITING`; the next free slot while vacant.
+    key: u64,
+    task: Task,
+    gen: u32,
+    state: u8,
+    kind: u8,
+    vacant: bool,
+}
+
+/// A timer taken off the wheel for a worker (or the inline driver) to run.
+pub(crate) struct Fire {
+    pub(crate) tick: u64,
+    pub(crate) shard: u32,
+    pub(crate) slot: u32,
+    pub(crate) work: Work,
+}
+
+/// The part of a task a worker runs.
+pub(crate) enum Work {
+    Once(Box<dyn FnOnce() + Send>),
+    Repeat(Box<Repeat>),
+}
+
+impl Work {
+    pub(crate) fn into_pending(self, deadline: std::time::Instant) -> PendingTask {
+        match self {
+            Work::Once(f) => PendingTask::once(deadline, f),
+            Work::Repeat(r) => PendingTask::repeating(deadline, *r),
+        }
+    }
+}
+
+/// What arming an async timer did.
+pub(crate) enum Arm {
+    /// Linked in slot `.0`; `.1`: the driver must be woken.
+    Linked(u32, bool),
+    /// The deadline tick has passed by the wheel's clock (the driver's last reading of the
+    /// timer's clock): the deadline has passed, nothing was linked.
+    Elapsed,
+    /// The shard is closed (the timer stopped).
+    Closed,
+}
+
+/// What the driver took out of one shard in one turn.
+#[derive(Default)]
+pub(crate) struct Due {
+    pub(crate) fires: Vec<Fire>,
+    /// Async timers that fired, with their deadline tick, to wake outside the lock.
+    pub(crate) wakers: Vec<(u64, Option<Waker>)>,
+}
+
+pub(crate) struct Shard {
+    pub(crate) wheel: Wheel<u32>,
+    slots: Vec<Slot>,
+    free: u32,
+    /// The generation a slot pushed onto the slab starts with (per-timer seed).
+    fresh_gen: u32,
+    /// The tick the driver sleeps towards; `AWAKE` while it works.
+    pub(crate) sleep_until: u64,
+    /// Set once `stop` has drained the shard: inserts are refused from then on.
+    pub(crate) closed: bool,
+    /// Callbacks scheduled here and not yet finished (`Timer::pending`, `max_pending`).
+    pub(crate) pending: usize,
+    /// `Metrics::scheduled` / `cancelled`, counted under the lock those operations take.
+    pub(crate) scheduled: u64,
+    pub(crate) cancelled: u64,
+}
+
+impl Shard {
+    pub(crate) fn new(seed: u32) -> Self {
+        Shard {
+            wheel: Wheel::starting_at(0),
+            slots: Vec::new(),
+            free: NIL,
+            fresh_gen: seed,
+            sleep_until: AWAKE,
+            closed: false,
+            pending: 0,
+            scheduled: 0,
+            cancelled: 0,
+        }
+    }
+
+    /// Takes a vacant slot (reusing the most recently freed one) for `task`; returns its
+    /// index and generation.
+    fn alloc(&mut self, kind: u8, state: u8, task: Task) -> (u32, u32) {
+        if self.free != NIL {
+            let index = self.free;
+            let slot = &mut self.slots[index as usize];
+            debug_assert!(slot.vacant, "free list points at a live slot {index}");
+            self.free = slot.key as u32;
+            slot.gen = slot.gen.wrapping_add(1);
+            slot.state = state;
+            slot.kind = kind;
+            slot.vacant = false;
+            slot.task = task;
+            slot.key = u64::MAX;
+            return (index, slot.gen);
+        }
+        let index = u32::try_from(self.slots.len()).unwrap_or(NIL);
+        assert!(
+            index != NIL,
+            "tickwheel: more than 2^32 - 1 timers in one shard"
+        );
+        self.slots.push(Slot {
+            key: u64::MAX,
+            task,
+            gen: self.fresh_gen,
+            state,
+            kind,
+            vacant: false,
+        });
+        (index, self.fresh_gen)
+    }
+
+    /// Frees a slot, leaving `final_state` for stale handles to read; returns its task so
+    /// the caller drops it outside the lock.
+    fn release(&mut self, index: u32, final_state: u8) -> Task {
+        let slot = &mut self.slots[index as usize];
+        debug_assert!(!slot.vacant, "double free of slot {index}");
+        slot.vacant = true;
+        slot.state = final_state;
+        slot.key = u64::from(self.free);
+        self.free = index;
+        slot.task.take()
+    }
+
+    /// The live slot a handle names, if it still names one.
+    fn live(&mut self, index: u32, gen: u32) -> Option<&mut Slot> {
+        self.slots
+            .get_mut(index as usize)
+            .filter(|s| s.gen == gen && !s.vacant)
+    }
+
+    /// Links slot `index` at `tick`; returns `true` if the driver must be woken.
+    fn link(&mut self, index: u32, tick: u64) -> bool {
+        let key = self.wheel.insert(tick, index);
+        let slot = &mut self.slots[index as usize];
+        slot.key = key.to_u64();
+        slot.state = WAITING;
+        if tick < self.sleep_until {
+            self.sleep_until = tick;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Schedules a callback (`ONCE` or `REPEAT`); returns `(slot, gen, wake driver)`.
+    pub(crate) fn schedule(&mut self, kind: u8, task: Task, tick: u64) -> (u32, u32, bool) {
+        let (index, gen) = self.alloc(kind, WAITING, task);
+        let wake = self.link(index, tick);
+        self.pending += 1;
+        self.scheduled += 1;
+        (index, gen, wake)
+    }
+
+    /// Cancels a callback: `Some(task to drop)` if this prevented a run (`Task::Empty` for a
+    /// repeating task whose run is in flight: its worker drops it).
+    pub(crate) fn cancel(&mut self, index: u32, gen: u32) -> Option<Task> {
+        let slot = self.live(index, gen)?;
+        if slot.kind == SLEEP {
+            return None;
+        }
+        match slot.state {
+            WAITING => {
+                let key = TimerKey::from_u64(slot.key);
+                self.wheel.remove(key);
+                self.pending -= 1;
+                self.cancelled += 1;
+                Some(self.release(index, CANCELLED))
+            }
+            RUNNING if slot.kind == REPEAT => {
+                slot.state = CANCELLING;
+                self.cancelled += 1;
+                Some(Task::Empty)
+            }
+            _ => None,
+        }
+    }
+
+    /// The state byte of the callback a handle names, or `None` once its slot is reused.
+    pub(crate) fn state(&self, index: u32, gen: u32) -> Option<u8> {
+        self.slots
+            .get(index as usize)
+            .filter(|s| s.gen == gen && s.kind != SLEEP)
+            .map(|s| s.state)
+    }
+
+    /// The deadline tick of a waiting callback.
+    pub(crate) fn deadline(&mut self, index: u32, gen: u32) -> Option<u64> {
+        let slot = self.live(index, gen)?;
+        if slot.kind == SLEEP || slot.state != WAITING {
+            return None;
+        }
+        let key = TimerKey::from_u64(slot.key);
+        self.wheel.deadline(key)
+    }
+
+    /// Takes up to `limit` timers due at `now` out of the wheel into `due`. A one-shot
+    /// callback's task moves into `due.fires` and its slot is freed as `DONE` ("fired")
+    /// right here, while the driver has the slot in cache (a worker touching it again
+    /// after the run cost a cache miss per callback in bursts); a repeating task's slot
+    /// stays, `RUNNING`, until its run ends; async timers become `DONE`. Returns whether
+    /// it stopped at `limit` (more may be due) and how many one-shot callbacks it took
+    /// (no longer in `pending`: the caller counts them in flight).
+    pub(crate) fn take_due(
+        &mut self,
+        shard: u32,
+        now: u64,
+        due: &mut Due,
+        limit: usize,
+    ) -> (bool, usize) {
+        let mut once = 0;
+        for _ in 0..limit {
+            let Some((_, index)) = self.wheel.poll(now) else {
+                return (false, once);
+            };
+            let tick = self.wheel.now();
+            let slot = &mut self.slots[index as usize];
+            match slot.kind {
+                SLEEP => {
+                    slot.state = DONE;
+                    if let Task::Sleep(waker) = slot.task.take() {
+                        due.wakers.push((tick, waker));
+                    }
+                }
+                ONCE => {
+                    self.pending -= 1;
+                    match self.release(index, DONE) {
+                        Task::Once(f) => {
+                            once += 1;
+                            due.fires.push(Fire {
+                                tick,
+                                shard,
+                                slot: index,
+                                work: Work::Once(f),
+                            });
+                        }
+                        _ => debug_assert!(false, "one-shot slot {index} without its closure"),
+                    }
+                }
+                _ => {
+                    slot.state = RUNNING;
+                    if let Task::Repeat(r) = slot.task.take() {
+                        due.fires.push(Fire {
+                            tick,
+                            shard,
+                            slot: index,
+                            work: Work::Repeat(r),
+                        });
+                    }
+                }
+            }
+        }
+        (true, once)
+    }
+
+    /// A repeating task taken off the wheel will not run because the timer stopped.
+    /// Returns `false` if it was cancelled meanwhile (then it is not handed to `stop`).
+    pub(crate) fn give_back_repeat(&mut self, index: u32) -> bool {
+        let wanted = self.slots[index as usize].state != CANCELLING;
+        self.pending -= 1;
+        if wanted {
+            self.cancelled += 1;
+        }
+        let leftover = self.release(index, CANCELLED);
+        debug_assert!(matches!(leftover, Task::Empty));
+        wanted
+    }
+
+    /// A repeating run ended. `again`: link it at `next` (`Ok(wake driver)`); otherwise, or
+    /// if it was cancelled meanwhile or the shard is closed, the slot is freed and the task
+    /// handed back as `Err((task, returned_to_stop))`.
+    pub(crate) fn finish_repeat(
+        &mut self,
+        index: u32,
+        task: Box<Repeat>,
+        next: u64,
+        again: bool,
+    ) -> Result<bool, (Box<Repeat>, bool)> {
+        let state = self.slots[index as usize].state;
+        if state == CANCELLING {
+            self.pending -= 1;
+            self.release(index, CANCELLED);
+            return Err((task, false));
+        }
+        if !again {
+            self.pending -= 1;
+            self.release(index, DONE);
+            return Err((task, false));
+        }
+        if self.closed {
+            // `stop` drained this shard while the run was in flight: hand it back.
+            self.pending -= 1;
+            self.cancelled += 1;
+            self.release(index, CANCELLED);
+            return Err((task, true));
+        }
+        self.slots[index as usize].task = Task::Repeat(task);
+        Ok(self.link(index, next))
+    }
+
+    /// Graceful shutdown: cancels every waiting repeating task; returns them for dropping.
+    pub(crate) fn sweep_repeating(&mut self) -> Vec<Task> {
+        let waiting: Vec<u32> = (0..self.slots.len())
+            .filter(|&i| {
+                let s = &self.slots[i];
+                !s.vacant && s.kind == REPEAT && s.state == WAITING
+            })
+            .map(|i| i as u32)
+            .collect();
+        waiting
+            .into_iter()
+            .map(|index| {
+                let key = TimerKey::from_u64(self.slots[index as usize].key);
+                self.wheel.remove(key);
+                self.pending -= 1;
+                self.cancelled += 1;
+                self.release(index, CANCELLED)
+            })
+            .collect()
+    }
+
+    /// `stop`: closes the shard and empties the wheel. Callbacks come back as
+    /// `(deadline tick, work)` and their slots are freed as cancelled; waiting async timers
+    /// become `SHUTDOWN` and their wakers are returned to be woken.
+    pub(crate) fn close(&mut self) -> (Vec<(u64, Work)>, Vec<Waker>) {
+        self.closed = true;
+        let drained: Vec<(u64, u32)> = self
+            .wheel
+            .drain()
+            .map(|(_, tick, index)| (tick, index))
+            .collect();
+        let mut work = Vec::new();
+        let mut wakers = Vec::new();
+        for (tick, index) in drained {
+            let slot = &mut self.slots[index as usize];
+            if slot.kind == SLEEP {
+                slot.state = SHUTDOWN;
+                if let Task::Sleep(Some(w)) = slot.task.take() {
+                    wakers.push(w);
+                }
+                continue;
+            }
+            self.pending -= 1;
+            self.cancelled += 1;
+            match self.release(index, CANCELLED) {
+                Task::Once(f) => work.push((tick, Work::Once(f))),
+                Task::Repeat(r) => work.push((tick, Work::Repeat(r))),
+                Task::Empty | Task::Sleep(_) => {}
+            }
+        }
+        (work, wakers)
+    }
+
+    /// Slab and wheel capacities, to check that re-arming does not grow them.
+    #[cfg(test)]
+    pub(crate) fn capacities(&self) -> (usize, usize) {
+        (self.slots.capacity(), self.wheel.capacity())
+    }
+
+    // ---- async timers (`Sleep`) ----
+
+    /// Registers an async timer; its slot belongs to the `Sleep` until `sleep_drop`.
+    pub(crate) fn sleep_register(&mut self, waker: Waker, tick: u64) -> Arm {
+        if self.closed {
+            return Arm::Closed;
+        }
+        if tick <= self.wheel.now() {
+            return Arm::Elapsed;
+        }
+        let (index, _) = self.alloc(SLEEP, IDLE, Task::Sleep(Some(waker)));
+        self.scheduled += 1;
+        Arm::Linked(index, self.link(index, tick))
+    }
+
+    /// Re-links an `IDLE` or `DONE` async timer at `tick` with `waker` (the slot is left
+    /// as it is if the tick has passed, and made `SHUTDOWN` if the shard is closed).
+    pub(crate) fn sleep_rearm(&mut self, index: u32, waker: Waker, tick: u64) -> Arm {
+        if self.closed {
+            self.slots[index as usize].state = SHUTDOWN;
+            return Arm::Closed;
+        }
+        if tick <= self.wheel.now() {
+            return Arm::Elapsed;
+        }
+        let slot = &mut self.slots[index as usize];
+        debug_assert!(slot.kind == SLEEP && slot.state != WAITING);
+        slot.task = Task::Sleep(Some(waker));
+        self.scheduled += 1;
+        Arm::Linked(index, self.link(index, tick))
+    }
+
+    /// The state of an async timer's slot; stores `waker` if it is still waiting.
+    pub(crate) fn sleep_poll(&mut self, index: u32, waker: &Waker) -> u8 {
+        let slot = &mut self.slots[index as usize];
+        if slot.state == WAITING {
+            match &mut slot.task {
+                Task::Sleep(Some(w)) if w.will_wake(waker) => {}
+                task => *task = Task::Sleep(Some(waker.clone())),
+            }
+        }
+        slot.state
+    }
+
+    pub(crate) fn sleep_state(&self, index: u32) -> u8 {
+        self.slots[index as usize].state
+    }
+
+    /// Moves a waiting async timer to `tick` (`Some(wake driver)`), or unlinks a fired one
+    /// so the next poll re-arms it (`None`).
+    pub(crate) fn sleep_reset(&mut self, index: u32, tick: u64) -> Option<bool> {
+        let slot = &mut self.slots[index as usize];
+        match slot.state {
+            WAITING => {
+                let key = TimerKey::from_u64(slot.key);
+                let moved = self.wheel.reset(key, tick);
+                debug_assert!(moved, "waiting async timer {index} not in the wheel");
+                if tick < self.sleep_until {
+                    self.sleep_until = tick;
+                    Some(true)
+                } else {
+                    Some(false)
+                }
+            }
+            DONE => {
+                slot.state = IDLE;
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// The `Sleep` is gone: unlink its timer if it still waits (counted as cancelled) and
+    /// free the slot. Returns the waker to drop outside the lock.
+    pub(crate) fn sleep_drop(&mut self, index: u32) -> Task {
+        let slot = &self.slots[index as usize];
+        if slot.state == WAITING {
+            let key = TimerKey::from_u64(slot.key);
+            self.wheel.remove(key);
+            self.cancelled += 1;
+        }
+        self.release(index, DONE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_is_40_bytes() {
+        assert_eq!(std::mem::size_of::<Slot>(), 40);
+    }
+
+    #[test]
+    fn a_stale_handle_never_touches_the_newer_timer_in_its_slot() {
+        let mut shard = Shard::new(7);
+        let (a, gen_a, _) = shard.schedule(ONCE, Task::Once(Box::new(|| ())), 10);
+        assert!(shard.cancel(a, gen_a).is_some());
+        let (b, gen_b, _) = shard.schedule(ONCE, Task::Once(Box::new(|| ())), 10);
+        assert_eq!(a, b, "LIFO reuse of the freed slot");
+        assert_ne!(gen_a, gen_b);
+        assert!(
+            shard.cancel(a, gen_a).is_none(),
+            "stale handle cancels nothing"
+        );
+        assert_eq!(shard.state(a, gen_a), None, "stale handle: unknown");
+        assert_eq!(shard.state(b, gen_b), Some(WAITING));
+        assert_eq!(shard.deadline(a, gen_a), None);
+        assert!(shard.cancel(b, gen_b).is_some());
+    }
+}
