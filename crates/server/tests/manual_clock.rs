@@ -222,6 +222,35 @@ async fn a_delay_ends_exactly_on_time() {
     server.shutdown().await;
 }
 
+/// A deadline earlier than the one the timer driver sleeps towards wakes it: with a job due
+/// at +100 s pending, one put later with a 10 s delay reaches the waiting worker at +10 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_earlier_deadline_wakes_the_sleeping_driver() {
+    let time = Time::starting_at(Duration::ZERO);
+    let server = Running::start(&time, None).await;
+    let mut c = server.client().await;
+    let mut worker = server.client().await;
+    worker.send("reserve").await;
+    c.until_waiting(1).await;
+    let late = c.put(100, 60, "late").await;
+    time.at(ms(1_000));
+    let soon = c.put(10, 60, "soon").await;
+
+    time.at(ms(10_999));
+    assert_eq!(
+        c.field(&format!("stats-job {soon}"), "state").await,
+        "delayed"
+    );
+
+    time.at(ms(11_000));
+    assert_eq!(worker.reserved().await, soon);
+    assert_eq!(
+        c.field(&format!("stats-job {late}"), "state").await,
+        "delayed"
+    );
+    server.shutdown().await;
+}
+
 /// A delay that starts mid-millisecond is rounded up, never down: with the clock 0.4 ms
 /// past a millisecond, a 10 s delay is not over 10 s minus 0.1 ms later, and is over at most
 /// one millisecond after its true end.
