@@ -10,6 +10,11 @@
 //! (a deterministic state machine on a timing wheel), [`tickwheel_store`] makes them durable.
 //! This crate wires them to sockets and a clock; commits go through the store's group commit.
 //!
+//! The clock is [`Config::clock`], a [`tickwheel`] timer crate [`Clock`]: every reading of the
+//! time (the engine's wall-clock milliseconds, `uptime`, the timer driver's sleeps) goes
+//! through it. The binary uses the [`SystemClock`]; a test hands in a [`ManualClock`] and
+//! moves the whole server's time by hand (`tests/manual_clock.rs`).
+//!
 //! ```no_run
 //! use tickwheel_server::{Config, Listener, Server};
 //!
@@ -32,6 +37,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+pub use tickwheel::{Clock, ManualClock, SystemClock};
 use tickwheel_queue::Engine;
 use tickwheel_store::{DiskOptions, DiskStore, Durability, MemStore, Store};
 use tokio::net::{TcpListener, UnixListener};
@@ -57,6 +63,11 @@ pub struct Config {
     /// Keep in memory only delayed jobs due within this many ms; later ones stay on disk
     /// until their time nears. `None` keeps every job in memory.
     pub window: Option<u64>,
+    /// Where the server reads the time: [`SystemClock`] (the default), or a [`ManualClock`]
+    /// in a deterministic test. Job deadlines are its time of day
+    /// ([`Clock::system_time`]) in milliseconds, stored as such, so delays survive restarts;
+    /// the timer driver waits by its monotonic time.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for Config {
@@ -66,6 +77,7 @@ impl Default for Config {
             durability: Durability::Sync,
             max_job_size: 65_535,
             window: Some(DEFAULT_WINDOW_MS),
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -136,9 +148,7 @@ impl Server {
             }
             None => Arc::new(MemStore::new()),
         };
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let (now, _) = shared::wall_millis(config.clock.system_time());
         let engine_config = tickwheel_queue::Config {
             max_job_size: config.max_job_size,
             window: config.window,
@@ -156,7 +166,8 @@ impl Server {
             recovered.resident,
             recovered.far_delayed,
         );
-        let shared = Shared::new(engine, store).context("cannot start the commit thread")?;
+        let shared = Shared::new(engine, store, config.clock.clone())
+            .context("cannot start the commit and timer threads")?;
         Ok(Server {
             shared: Arc::new(shared),
             max_job_size: config.max_job_size,

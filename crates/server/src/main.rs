@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Parser;
-use tickwheel_server::{Config, Listener, Server};
+use tickwheel_server::{Config, Listener, Server, SystemClock};
 use tickwheel_store::Durability;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio_util::sync::CancellationToken;
@@ -92,6 +92,7 @@ fn main() -> anyhow::Result<()> {
         durability,
         max_job_size: args.max_job_size,
         window: (args.window_secs > 0).then(|| args.window_secs.saturating_mul(1000)),
+        clock: std::sync::Arc::new(SystemClock),
     };
     let _ = args.binlog_size;
     let runtime = tokio::runtime::Builder::new_multi_thread()

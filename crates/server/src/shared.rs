@@ -12,12 +12,17 @@
 //!   that is not durable yet.
 //! - A waiting client (blocked in `reserve`) has an entry in `waiters`; an event for it is sent
 //!   there together with the ticket of the commit it depends on.
+//! - Every reading of the time goes through `clock` (the server's [`Clock`]): the engine's
+//!   wall-clock milliseconds ([`Shared::clock_reading`]), `uptime`, and the timer driver's
+//!   sleeps, which are [`tickwheel::Sleep`]s on a [`Timer`] of the same clock. So a
+//!   [`ManualClock`](tickwheel::ManualClock) moves the whole server.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use tickwheel::{Clock, Timer};
 use tickwheel_proto::Reply;
 use tickwheel_queue::{ClientId, Engine, Event, Load, Millis};
 use tickwheel_store::{GroupCommit, Store, StoreError, Ticket};
@@ -51,18 +56,38 @@ pub(crate) struct Shared {
     pub(crate) driver_target: AtomicU64,
     next_client: AtomicU64,
     pub(crate) counters: ServerCounters,
-    pub(crate) started: Instant,
+    /// Where the time comes from (the system clock outside tests).
+    clock: Arc<dyn Clock>,
+    /// The driver's sleeps: a timer service on `clock`, so that a manual clock wakes them.
+    timer: Timer,
+    /// `clock.now()` when the server started, for `uptime`.
+    started: Instant,
     pub(crate) instance_id: String,
     /// Largest clock reading handed to the engine (the engine's clock never runs backwards).
-    clock: AtomicU64,
+    latest: AtomicU64,
     /// Set once the first failed commit has been logged (the store refuses every write after
     /// it, so one line says so instead of one per reply).
     failure_logged: AtomicBool,
 }
 
 impl Shared {
-    pub(crate) fn new(engine: Engine, store: Arc<dyn Store>) -> std::io::Result<Shared> {
-        let started = Instant::now();
+    pub(crate) fn new(
+        engine: Engine,
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+    ) -> std::io::Result<Shared> {
+        // One driver thread and no workers: its only timers are the driver's sleeps, whose
+        // firing is a waker call.
+        let timer = Timer::builder()
+            .clock(clock.clone())
+            .worker_threads(0)
+            .shards(1)
+            .thread_name("tickwheel-server-timer")
+            .build()
+            .map_err(std::io::Error::other)?;
+        let started = clock.now();
+        // A seed for the instance id, not a time: the real clock even under a manual one, so
+        // that two servers of one test do not share an id.
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
@@ -77,12 +102,14 @@ impl Shared {
             driver_target: AtomicU64::new(u64::MAX),
             next_client: AtomicU64::new(1),
             counters: ServerCounters::default(),
+            clock,
+            timer,
             started,
             instance_id: format!(
                 "{:016x}",
                 (nanos as u64) ^ u64::from(std::process::id()).rotate_left(32)
             ),
-            clock: AtomicU64::new(0),
+            latest: AtomicU64::new(0),
             failure_logged: AtomicBool::new(false),
         })
     }
@@ -98,17 +125,40 @@ impl Shared {
     /// must add one millisecond when it is: a job put at 10.9 ms with a 1 s delay is due at
     /// 1010.9 ms, so the engine must see it due at 1011, not 1010.
     pub(crate) fn clock_reading(&self) -> (Millis, bool) {
-        let since_epoch = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        let wall = since_epoch.as_millis() as u64;
-        let fraction = !since_epoch.subsec_nanos().is_multiple_of(1_000_000);
-        let previous = self.clock.fetch_max(wall, Ordering::Relaxed);
+        let (wall, fraction) = wall_millis(self.clock.system_time());
+        let previous = self.latest.fetch_max(wall, Ordering::Relaxed);
         if previous > wall {
             // The wall clock stepped back: the engine keeps its later reading.
             return (previous, true);
         }
         (wall, fraction)
+    }
+
+    /// Whole seconds since the server started, by its clock.
+    pub(crate) fn uptime(&self) -> u64 {
+        self.clock
+            .now()
+            .saturating_duration_since(self.started)
+            .as_secs()
+    }
+
+    /// A sleep until the engine's clock reaches `deadline` (wall-clock ms), or until an
+    /// hour has passed if that is sooner (the driver then looks again).
+    ///
+    /// Never later than `deadline` by the clock (but for the timer's 1 ms tick): the wait is
+    /// measured from the monotonic reading taken *before* the wall-clock one, so a clock that
+    /// moves between the two readings shortens the sleep, never lengthens it. Ending early is
+    /// harmless: what is due is the engine's call on a wall-clock reading, so the driver
+    /// finds nothing due and sleeps again (as when the wall clock runs behind the monotonic
+    /// one).
+    fn sleep_until(&self, deadline: Option<Millis>) -> tickwheel::Sleep {
+        const AT_MOST: Duration = Duration::from_secs(3600);
+        let base = self.clock.now();
+        let wait = match deadline {
+            Some(deadline) => Duration::from_millis(deadline.saturating_sub(self.now())),
+            None => AT_MOST,
+        };
+        self.timer.sleep_until(base + wait.min(AT_MOST))
     }
 
     /// Waits until `ticket` is durable and returns `reply`, or `INTERNAL_ERROR` if the commit
@@ -284,17 +334,19 @@ pub(crate) async fn drive_timers(
                 .store(next.unwrap_or(u64::MAX), Ordering::Release);
             next
         });
-        let sleep = match next {
-            Some(deadline) => {
-                let wait = deadline.saturating_sub(shared.now());
-                tokio::time::sleep(std::time::Duration::from_millis(wait))
-            }
-            None => tokio::time::sleep(std::time::Duration::from_secs(3600)),
-        };
+        let sleep = shared.sleep_until(next);
         tokio::select! {
             () = sleep => {}
             () = shared.timer_changed.notified() => {}
             () = shutdown.cancelled() => return,
         }
     }
+}
+
+/// A wall-clock time in whole milliseconds since the Unix epoch (rounded down; 0 before it),
+/// and whether it is past that millisecond.
+pub(crate) fn wall_millis(time: SystemTime) -> (Millis, bool) {
+    let since_epoch = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let ms = u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX);
+    (ms, !since_epoch.subsec_nanos().is_multiple_of(1_000_000))
 }

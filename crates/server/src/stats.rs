@@ -140,7 +140,7 @@ pub(crate) fn server(shared: &Shared, s: &Stats) -> Bytes {
         ("version", Value::Quoted(env!("CARGO_PKG_VERSION").into())),
         ("rusage-utime", Value::Seconds(utime)),
         ("rusage-stime", Value::Seconds(stime)),
-        ("uptime", Value::Int(shared.started.elapsed().as_secs())),
+        ("uptime", Value::Int(shared.uptime())),
         ("binlog-oldest-index", Value::Int(0)),
         ("binlog-current-index", Value::Int(0)),
         ("binlog-records-migrated", Value::Int(0)),

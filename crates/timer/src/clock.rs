@@ -3,11 +3,17 @@
 //! Deadlines are [`Instant`]s *by the timer's clock*. [`SystemClock`] (the default) is the
 //! monotonic `Instant::now()`; [`ManualClock`] only moves when a test calls
 //! [`ManualClock::advance`], which makes ordering and missed-tick tests deterministic.
+//!
+//! A clock also tells the time of day ([`Clock::system_time`]) for users whose deadlines must
+//! mean the same after a restart, as a job server's delays do. With a [`ManualClock`] both
+//! readings move together, so one clock can drive a whole program: its [`Timer`](crate::Timer)
+//! (whose [`sleep`](crate::Timer::sleep)s are the async way to wait for this clock) and
+//! whatever it computes from the time of day.
 
 use std::fmt;
 use std::sync::Arc;
 use std::thread::{self, Thread};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::sync::Mutex;
 
@@ -23,6 +29,45 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// "until unparked". Returning early is always allowed: the driver re-reads
     /// [`now`](Self::now) and goes back to sleep.
     fn park_until(&self, deadline: Option<Instant>);
+
+    /// The time of day by this clock, for deadlines that must survive a restart.
+    ///
+    /// Unlike [`now`](Self::now) it may go backwards (an NTP step on a real clock, or
+    /// [`ManualClock::set_system_time`]): callers that need it monotonic keep their own
+    /// maximum. The default is `SystemTime::now()`, right for any clock that follows real
+    /// time; a clock that moves by hand overrides it so that both readings move together,
+    /// as [`ManualClock`] does.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use tickwheel::{Clock, ManualClock};
+    ///
+    /// let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    /// let clock = ManualClock::starting_at(start);
+    /// clock.advance(Duration::from_millis(1_500));
+    /// assert_eq!(clock.system_time(), start + Duration::from_millis(1_500));
+    /// ```
+    fn system_time(&self) -> SystemTime {
+        SystemTime::now()
+    }
+}
+
+/// A shared clock is a clock: one `Arc<dyn Clock>` can be handed to a [`Timer`](crate::Timer)
+/// and kept by its owner for reading the same time.
+impl<C: Clock + ?Sized> Clock for Arc<C> {
+    fn now(&self) -> Instant {
+        (**self).now()
+    }
+
+    fn park_until(&self, deadline: Option<Instant>) {
+        (**self).park_until(deadline);
+    }
+
+    fn system_time(&self) -> SystemTime {
+        (**self).system_time()
+    }
 }
 
 /// The real monotonic clock (`Instant::now()`); the default.
@@ -50,7 +95,9 @@ impl Clock for SystemClock {
 /// A clock that moves only when told to, for deterministic tests.
 ///
 /// Cloning gives another handle to the same clock. A driver waiting on it is woken by
-/// [`advance`](Self::advance).
+/// [`advance`](Self::advance). Its time of day ([`Clock::system_time`]) moves with it;
+/// [`starting_at`](Self::starting_at) chooses where it starts, and
+/// [`set_system_time`](Self::set_system_time) steps it alone, as NTP steps a real clock.
 ///
 /// # Examples
 ///
@@ -72,16 +119,79 @@ pub struct ManualClock {
 struct ManualState {
     offset: Duration,
     origin: Option<Instant>,
+    /// The time of day when `offset` was the second field: it reads that plus however far
+    /// the clock has advanced since (`offset` never decreases, so that is never negative).
+    wall: Option<(SystemTime, Duration)>,
     parked: Vec<Thread>,
 }
 
+impl ManualState {
+    fn now(&self) -> Instant {
+        self.origin.unwrap_or_else(Instant::now) + self.offset
+    }
+
+    fn system_time(&self) -> SystemTime {
+        match self.wall {
+            Some((wall, at)) => wall + (self.offset - at),
+            None => SystemTime::now() + self.offset,
+        }
+    }
+}
+
 impl ManualClock {
-    /// A clock standing at an arbitrary instant; it never moves by itself.
+    /// A clock standing at an arbitrary instant, its time of day the real one when it was
+    /// made; it never moves by itself.
     #[must_use]
     pub fn new() -> Self {
+        Self::starting_at(SystemTime::now())
+    }
+
+    /// A clock whose time of day starts at `time` (a whole second, say, so that a test
+    /// knows how every reading rounds); it never moves by itself.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use tickwheel::{Clock, ManualClock};
+    ///
+    /// let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    /// let clock = ManualClock::starting_at(start);
+    /// assert_eq!(clock.system_time(), start);
+    /// ```
+    #[must_use]
+    pub fn starting_at(time: SystemTime) -> Self {
         let clock = ManualClock::default();
-        clock.shared.lock().origin = Some(Instant::now());
+        {
+            let mut state = clock.shared.lock();
+            state.origin = Some(Instant::now());
+            state.wall = Some((time, Duration::ZERO));
+        }
         clock
+    }
+
+    /// Sets the time of day to `time`, forwards or backwards, without moving
+    /// [`now`](Clock::now): what an NTP step does to a real clock. Later
+    /// [`advance`](Self::advance)s move it on from `time`. Wakes nobody: deadlines are
+    /// measured by `now`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use tickwheel::{Clock, ManualClock};
+    ///
+    /// let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    /// let clock = ManualClock::starting_at(start);
+    /// let instant = clock.now();
+    /// clock.set_system_time(start - Duration::from_secs(60));
+    /// assert_eq!(clock.now(), instant);
+    /// clock.advance(Duration::from_secs(1));
+    /// assert_eq!(clock.system_time(), start - Duration::from_secs(59));
+    /// ```
+    pub fn set_system_time(&self, time: SystemTime) {
+        let mut state = self.shared.lock();
+        state.wall = Some((time, state.offset));
     }
 
     /// Moves the clock forward by `by` and wakes every driver waiting on it.
@@ -108,22 +218,28 @@ impl fmt::Debug for ManualClock {
 
 impl Clock for ManualClock {
     fn now(&self) -> Instant {
-        let state = self.shared.lock();
-        state.origin.unwrap_or_else(Instant::now) + state.offset
+        self.shared.lock().now()
     }
 
     fn park_until(&self, deadline: Option<Instant>) {
         {
             let mut state = self.shared.lock();
-            let now = state.origin.unwrap_or_else(Instant::now) + state.offset;
-            if deadline.is_some_and(|d| d <= now) {
+            if deadline.is_some_and(|d| d <= state.now()) {
                 return;
             }
             // Registered under the same lock `advance` takes: an advance after this point
-            // unparks us, and an unpark before `park` makes `park` return at once.
-            state.parked.push(thread::current());
+            // unparks us, and an unpark before `park` makes `park` return at once. Once per
+            // thread: a driver unparked for another reason parks again before any advance.
+            let me = thread::current();
+            if !state.parked.iter().any(|t| t.id() == me.id()) {
+                state.parked.push(me);
+            }
         }
         thread::park();
+    }
+
+    fn system_time(&self) -> SystemTime {
+        self.shared.lock().system_time()
     }
 }
 
@@ -211,6 +327,76 @@ impl TickSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const START: Duration = Duration::from_secs(1_700_000_000);
+
+    #[test]
+    fn a_manual_clock_moves_both_readings_together() {
+        let start = SystemTime::UNIX_EPOCH + START;
+        let clock = ManualClock::starting_at(start);
+        let instant = clock.now();
+        for step in [1, 999, 1_000_000, 7_000_000_000] {
+            clock.advance(Duration::from_nanos(step));
+            let since = clock.now() - instant;
+            assert_eq!(clock.system_time(), start + since, "after {step} ns");
+        }
+    }
+
+    #[test]
+    fn a_time_of_day_step_moves_only_the_time_of_day() {
+        let start = SystemTime::UNIX_EPOCH + START;
+        let clock = ManualClock::starting_at(start);
+        clock.advance(Duration::from_secs(10));
+        let instant = clock.now();
+        let back = start - Duration::from_secs(3600);
+        clock.set_system_time(back);
+        assert_eq!(clock.now(), instant);
+        assert_eq!(clock.system_time(), back);
+        clock.advance(Duration::from_millis(5));
+        assert_eq!(clock.system_time(), back + Duration::from_millis(5));
+        clock.set_system_time(start + Duration::from_secs(60));
+        assert_eq!(clock.system_time(), start + Duration::from_secs(60));
+        assert_eq!(clock.now(), instant + Duration::from_millis(5));
+    }
+
+    #[test]
+    fn a_shared_clock_reads_what_it_shares() {
+        let manual = ManualClock::starting_at(SystemTime::UNIX_EPOCH + START);
+        let shared: Arc<dyn Clock> = Arc::new(manual.clone());
+        manual.advance(Duration::from_secs(3));
+        assert_eq!(shared.now(), manual.now());
+        assert_eq!(shared.system_time(), manual.system_time());
+        // Already past: returns at once instead of parking.
+        shared.park_until(Some(manual.now()));
+    }
+
+    #[test]
+    fn a_clock_without_a_time_of_day_of_its_own_tells_the_real_one() {
+        #[derive(Debug)]
+        struct Frozen(Instant);
+        impl Clock for Frozen {
+            fn now(&self) -> Instant {
+                self.0
+            }
+            fn park_until(&self, _deadline: Option<Instant>) {}
+        }
+        // The real time of day: past the clock's 2023 start (not the epoch, not frozen).
+        assert!(Frozen(Instant::now()).system_time() > SystemTime::UNIX_EPOCH + START);
+    }
+
+    #[test]
+    fn a_driver_parked_again_is_registered_once() {
+        let clock = ManualClock::new();
+        let far = clock.now() + Duration::from_secs(60);
+        // Each park returns at once: the token of the unpark before it.
+        for _ in 0..3 {
+            thread::current().unpark();
+            clock.park_until(Some(far));
+        }
+        assert_eq!(clock.shared.lock().parked.len(), 1);
+        clock.advance(Duration::from_secs(60));
+        assert!(clock.shared.lock().parked.is_empty());
+    }
 
     #[test]
     fn deadlines_round_up_and_now_rounds_down() {
