@@ -138,6 +138,7 @@ extern crate std;
 
 mod entry;
 mod level;
+mod pool;
 mod tick;
 mod wheel;
 
