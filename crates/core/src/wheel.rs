@@ -5,11 +5,14 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::marker::PhantomData;
 use core::mem;
+use core::num::NonZeroU32;
 
 use crate::entry::{at, at_mut, Entry, Timer, TimerKey, NIL, NO_POS};
 use crate::level::Level;
 use crate::pool::{addr, Chain, Pool, ITEMS, WORDS};
-use crate::tick::{level_for, slot_for, slot_start, slots_from, Tick, NUM_LEVELS, SLOTS};
+use crate::tick::{
+    level_for, slot_for, slot_start, slots_from, Tick, BITS_PER_LEVEL, NUM_LEVELS, SLOTS,
+};
 use crate::InsertError;
 
 /// The most timers a wheel holds. Bounded so that, whatever the garbage, the pool's item
@@ -58,6 +61,9 @@ pub struct Wheel<T> {
     elapsed: Tick,
     /// Bit `l` set: level `l` holds at least one timer.
     nonempty: u16,
+    /// A lower bound of the start of the earliest occupied slot (`Tick::MAX` when empty): a
+    /// poll before it has nothing to do. Lowered by every filing, made exact by polls.
+    horizon: Tick,
     levels: Box<[Level; NUM_LEVELS]>,
     /// The slots' items (slab indices), in chains of one-cache-line chunks.
     pool: Pool,
@@ -131,6 +137,7 @@ impl<T> Wheel<T> {
             len: 0,
             elapsed: now,
             nonempty: 0,
+            horizon: Tick::MAX,
             levels: Box::new([Level::EMPTY; NUM_LEVELS]),
             pool: Pool::new(),
             scratch: Vec::new(),
@@ -218,8 +225,11 @@ impl<T> Wheel<T> {
             return Err(InsertError(value));
         }
         let deadline = deadline.max(self.elapsed);
-        let key = if self.free != NIL {
+        self.len += 1;
+        if self.free != NIL {
             let index = self.free;
+            // Filed before the entry is written: until then any item naming it is garbage.
+            let pos = self.file(index, deadline);
             let entry = &mut self.entries[index as usize];
             let (gen, next_free) = match *entry {
                 Entry::Vacant { gen, next_free } => (gen, next_free),
@@ -229,10 +239,10 @@ impl<T> Wheel<T> {
                 deadline,
                 value,
                 gen,
-                pos: NO_POS,
+                pos,
             });
             self.free = next_free;
-            TimerKey { index, gen }
+            Ok(TimerKey { index, gen })
         } else {
             let index = self.entries.len() as u32;
             let gen = self.fresh_gen;
@@ -242,11 +252,10 @@ impl<T> Wheel<T> {
                 gen,
                 pos: NO_POS,
             }));
-            TimerKey { index, gen }
-        };
-        self.len += 1;
-        self.file(key.index, deadline);
-        Ok(key)
+            let pos = self.file(index, deadline);
+            self.set_pos(index, pos);
+            Ok(TimerKey { index, gen })
+        }
     }
 
     /// Cancels a timer and returns its value. O(1).
@@ -307,7 +316,8 @@ impl<T> Wheel<T> {
         };
         // File the new item first: the entry then points at it, and the old item is garbage
         // by the time its slot's counters are updated (which may compact that slot).
-        self.file(key.index, deadline);
+        let pos = self.file(key.index, deadline);
+        self.set_pos(key.index, pos);
         self.unfile(old);
         self.repair_front();
         true
@@ -417,14 +427,20 @@ impl<T> Wheel<T> {
     /// ```
     pub fn poll(&mut self, now: Tick) -> Option<(TimerKey, T)> {
         let now = now.max(self.elapsed);
+        if now < self.horizon {
+            self.elapsed = now;
+            return None;
+        }
         loop {
             let Some((level, slot)) = self.front() else {
                 self.elapsed = now;
+                self.horizon = Tick::MAX;
                 return None;
             };
             let start = slot_start(self.elapsed, level, slot);
             if start > now {
                 self.elapsed = now;
+                self.horizon = start;
                 return None;
             }
             self.elapsed = start;
@@ -524,15 +540,28 @@ impl<T> Wheel<T> {
         Some((level, occupied.trailing_zeros() as usize))
     }
 
-    /// Files entry `index` (already holding `deadline`) at the tail of its slot and points
-    /// the entry at its new item.
+    /// Points entry `index` at its item.
     #[inline]
-    fn file(&mut self, index: u32, deadline: Tick) {
+    fn set_pos(&mut self, index: u32, pos: NonZeroU32) {
+        match &mut self.entries[index as usize] {
+            Entry::Occupied(timer) => timer.pos = pos,
+            Entry::Vacant { .. } => unreachable!("filed a vacant entry"),
+        }
+    }
+
+    /// Files entry `index`, due at `deadline`, at the tail of its slot and returns the new
+    /// item's address, which the caller stores in the entry.
+    #[inline]
+    fn file(&mut self, index: u32, deadline: Tick) -> NonZeroU32 {
         if self.pool.exhausted() {
             self.compact_all();
         }
         let level = level_for(self.elapsed, deadline);
         let slot = slot_for(deadline, level);
+        // The slot's start: the deadline without its digits below `level`.
+        self.horizon = self
+            .horizon
+            .min(deadline & (u64::MAX << (level as u32 * BITS_PER_LEVEL)));
         let lvl = &mut self.levels[level];
         let bit = 1u64 << slot;
         let chain = &mut lvl.chains[slot];
@@ -556,13 +585,9 @@ impl<T> Wheel<T> {
                 lvl.last[slot] = deadline;
             }
         }
-        let pos = self.pool.push(chain, index);
         chain.live += 1;
         chain.items += 1;
-        match &mut self.entries[index as usize] {
-            Entry::Occupied(timer) => timer.pos = pos,
-            Entry::Vacant { .. } => unreachable!("filed a vacant entry"),
-        }
+        self.pool.push(chain, index)
     }
 
     /// Counts a timer of `deadline` out of its slot: its entry has already been vacated or
@@ -658,7 +683,8 @@ impl<T> Wheel<T> {
                 if let Some(timer) = at(&self.entries, index, addr(chunk, word)) {
                     let deadline = timer.deadline;
                     debug_assert!(level_for(self.elapsed, deadline) < level);
-                    self.file(index, deadline);
+                    let pos = self.file(index, deadline);
+                    self.set_pos(index, pos);
                 }
                 word += 1;
             }
@@ -915,6 +941,7 @@ impl<T> Wheel<T> {
         }
         self.pool.clear();
         self.nonempty = 0;
+        self.horizon = Tick::MAX;
         self.free = NIL;
         self.len = 0;
     }
@@ -922,8 +949,8 @@ impl<T> Wheel<T> {
 
 /// An item address or rank as a position (never 0: word 0 of a chunk is its link).
 #[inline]
-fn nonzero(pos: u32) -> core::num::NonZeroU32 {
-    match core::num::NonZeroU32::new(pos) {
+fn nonzero(pos: u32) -> NonZeroU32 {
+    match NonZeroU32::new(pos) {
         Some(pos) => pos,
         None => unreachable!("an item address is never 0"),
     }
