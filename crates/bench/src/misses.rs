@@ -2,8 +2,9 @@
 //! `perf stat`). For one table and one implementation, the benchmark re-runs itself under
 //! `valgrind --tool=cachegrind --cache-sim=yes` with `--runs 1` and reads the totals:
 //! instructions (`I refs`), first-level data misses (`D1 misses`) and last-level data misses
-//! (`LLd misses`, the ones that go to DRAM), with cachegrind's model of this machine's
-//! caches. Counts are deterministic, unlike the nanoseconds.
+//! (`LLd misses`), with the last level set to one core's 1 MiB L2 (the L3 is shared by the
+//! whole machine, so a line that leaves L2 is as good as gone under load). Counts are
+//! deterministic, unlike the nanoseconds.
 //!
 //! Churn runs twice, with K and 2K ops, and reports the difference divided by K: the
 //! untimed setup cancels out. The other workloads time everything they do, so their totals
@@ -71,6 +72,11 @@ fn run(peer: Peer, args: &[String], churn_ops: Option<u64>) -> Checked<Counts> {
         "--tool=cachegrind",
         "--cache-sim=yes",
         "--cachegrind-out-file=/dev/null",
+        // This machine per core: 32 KiB L1d, 1 MiB L2. The 32 MiB L3 is shared with every
+        // other process here, so the simulated last level is the core's own L2: an "LL"
+        // miss is one that costs a trip to L3 or DRAM.
+        "--D1=32768,8,64",
+        "--LL=1048576,16,64",
     ])
     .arg(exe)
     .args(args)

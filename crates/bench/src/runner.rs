@@ -193,7 +193,7 @@ impl Section<'_> {
         }
         if let Some(m) = miss_args.filter(|_| n <= self.cfg.misses_max_n) {
             println!(
-                "  cachegrind, per op{}: instructions, D1 misses, LL data misses (harness included)",
+                "  cachegrind, per op{}: instructions, L1d misses, L2 misses (data; harness included)",
                 if m.churn {
                     format!(" (runs of {} and {} ops, difference)", self.cfg.misses_ops, 2 * self.cfg.misses_ops)
                 } else {
@@ -210,7 +210,7 @@ impl Section<'_> {
                 };
                 let c = misses::per_op(peer, &m.args, &per)?;
                 println!(
-                    "    {:<12} {:>7.0} instr  {:>6.2} D1  {:>6.2} LLd",
+                    "    {:<12} {:>7.0} instr  {:>6.2} L1d  {:>6.2} L2",
                     peer.name(),
                     c.instructions,
                     c.d1,

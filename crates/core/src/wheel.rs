@@ -19,11 +19,19 @@ use crate::InsertError;
 /// addresses fit a `u32` (see [`Wheel::compact_all`]).
 pub(crate) const MAX_TIMERS: usize = 1 << 30;
 
-/// A slot is compacted when its garbage exceeds `GARBAGE_FACTOR * live + GARBAGE_SLACK`
-/// items: garbage then costs at most 8 bytes per live timer (plus a little per slot), and a
-/// compaction reads `live + garbage` entries to drop `garbage` items, 1.5 reads per cancel.
-const GARBAGE_FACTOR: u32 = 2;
+/// A slot is compacted when its garbage exceeds `GARBAGE_HALVES / 2 * live + GARBAGE_SLACK`
+/// items. With 3 halves (1.5 garbage items per live one) a slot holds at most 2.5 items per
+/// live timer, 10.7 bytes with the chunk links, so a `Wheel<u64>` stays under 35 bytes per
+/// timer in the worst case; a compaction reads `live + garbage` entries to drop `garbage`
+/// items, 1.67 reads per cancel.
+const GARBAGE_HALVES: u32 = 3;
 const GARBAGE_SLACK: u32 = 32;
+
+/// Whether a slot with `live` timers and `garbage` dead items must be compacted.
+#[inline]
+fn over_garbage_bound(live: u32, garbage: u32) -> bool {
+    2 * u64::from(garbage) > u64::from(GARBAGE_HALVES) * u64::from(live) + 2 * u64::from(GARBAGE_SLACK)
+}
 
 /// A hierarchical timing wheel holding timers with values of type `T`.
 ///
@@ -181,7 +189,7 @@ impl<T> Wheel<T> {
             self.entries.reserve(additional - vacant);
         }
         // The chunks the slots may need for that many timers, garbage included.
-        let items = (self.len + additional) * (1 + GARBAGE_FACTOR as usize);
+        let items = (self.len + additional) * (2 + GARBAGE_HALVES as usize) / 2;
         let per_slot = 2 + GARBAGE_SLACK as usize / ITEMS as usize;
         self.pool
             .reserve_total(items / ITEMS as usize + per_slot * SLOTS * NUM_LEVELS);
@@ -207,6 +215,7 @@ impl<T> Wheel<T> {
     /// let key = wheel.insert(u64::MAX, "the end of time");
     /// assert_eq!(wheel.deadline(key), Some(u64::MAX));
     /// ```
+    #[inline]
     pub fn insert(&mut self, deadline: Tick, value: T) -> TimerKey {
         match self.try_insert(deadline, value) {
             Ok(key) => key,
@@ -220,6 +229,7 @@ impl<T> Wheel<T> {
     /// # Errors
     ///
     /// [`InsertError`] (holding `value`) if 2³⁰ timers are pending.
+    #[inline]
     pub fn try_insert(&mut self, deadline: Tick, value: T) -> Result<TimerKey, InsertError<T>> {
         if self.len >= MAX_TIMERS {
             return Err(InsertError(value));
@@ -271,6 +281,7 @@ impl<T> Wheel<T> {
     /// assert_eq!(wheel.remove(key), Some('x'));
     /// assert_eq!(wheel.remove(key), None);
     /// ```
+    #[inline]
     pub fn remove(&mut self, key: TimerKey) -> Option<T> {
         self.entries.get(key.index as usize)?.live(key.gen)?;
         let vacant = Entry::Vacant {
@@ -425,12 +436,18 @@ impl<T> Wheel<T> {
     /// assert_eq!(wheel.poll(1_000), None);
     /// assert_eq!(wheel.now(), 1_000);
     /// ```
+    #[inline]
     pub fn poll(&mut self, now: Tick) -> Option<(TimerKey, T)> {
         let now = now.max(self.elapsed);
         if now < self.horizon {
             self.elapsed = now;
             return None;
         }
+        self.poll_due(now)
+    }
+
+    /// [`poll`](Self::poll) once `now` has reached the horizon.
+    fn poll_due(&mut self, now: Tick) -> Option<(TimerKey, T)> {
         loop {
             let Some((level, slot)) = self.front() else {
                 self.elapsed = now;
@@ -611,7 +628,7 @@ impl<T> Wheel<T> {
         if deadline == lvl.min[slot] {
             lvl.stale |= 1 << slot;
         }
-        if chain.garbage() > GARBAGE_FACTOR * chain.live + GARBAGE_SLACK {
+        if over_garbage_bound(chain.live, chain.garbage()) {
             self.compact(level, slot);
         }
     }
@@ -678,22 +695,22 @@ impl<T> Wheel<T> {
         loop {
             let last = chunk == chain.tail;
             let end = if last { chain.end } else { WORDS };
-            while word < end {
-                let index = self.pool.item(chunk, word);
+            // Copy the line and free it at once: the slots below refill it while it is hot.
+            let words = self.pool.chunks[chunk as usize].0;
+            self.pool.free_one(chunk);
+            for word in word..end {
+                let index = words[word as usize];
                 if let Some(timer) = at(&self.entries, index, addr(chunk, word)) {
                     let deadline = timer.deadline;
                     debug_assert!(level_for(self.elapsed, deadline) < level);
                     let pos = self.file(index, deadline);
                     self.set_pos(index, pos);
                 }
-                word += 1;
             }
-            let next = self.pool.next(chunk);
-            self.pool.free_one(chunk);
             if last {
                 break;
             }
-            chunk = next;
+            chunk = words[0];
             word = 1;
         }
     }
