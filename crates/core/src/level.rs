@@ -26,16 +26,60 @@
 use crate::pool::Chain;
 use crate::tick::{Tick, SLOTS};
 
+/// One bit per slot of a level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Bits([u64; SLOTS / 64]);
+
+impl Bits {
+    pub(crate) const EMPTY: Bits = Bits([0; SLOTS / 64]);
+
+    #[inline]
+    pub(crate) fn get(&self, slot: usize) -> bool {
+        self.0[slot / 64] & (1 << (slot % 64)) != 0
+    }
+
+    #[inline]
+    pub(crate) fn set(&mut self, slot: usize) {
+        self.0[slot / 64] |= 1 << (slot % 64);
+    }
+
+    #[inline]
+    pub(crate) fn clear(&mut self, slot: usize) {
+        self.0[slot / 64] &= !(1 << (slot % 64));
+    }
+
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.iter().all(|&w| w == 0)
+    }
+
+    /// The lowest set bit.
+    #[inline]
+    pub(crate) fn first(&self) -> Option<usize> {
+        self.0
+            .iter()
+            .enumerate()
+            .find(|(_, &w)| w != 0)
+            .map(|(i, &w)| i * 64 + w.trailing_zeros() as usize)
+    }
+
+    /// The lowest set bit, if it lies before `before`.
+    #[cfg(debug_assertions)]
+    pub(crate) fn first_before(&self, before: usize) -> Option<usize> {
+        self.first().filter(|&s| s < before)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct Level {
     /// Bit `s` set: slot `s` holds at least one live timer.
-    pub(crate) occupied: u64,
+    pub(crate) occupied: Bits,
     /// Bit `s` set: slot `s`'s items are not in deadline order.
-    pub(crate) unsorted: u64,
+    pub(crate) unsorted: Bits,
     /// Bit `s` set: `min[s]` is only a lower bound of slot `s`'s deadlines.
-    pub(crate) stale: u64,
+    pub(crate) stale: Bits,
     /// Bit `s` set: slot `s` was repaired by a scan since it last became sorted or empty.
-    pub(crate) scanned: u64,
+    pub(crate) scanned: Bits,
     /// Earliest deadline in each slot, exact unless the slot is stale. Meaningless when empty.
     pub(crate) min: [Tick; SLOTS],
     /// The largest deadline filed into each slot while it was sorted (the order check).
@@ -45,10 +89,10 @@ pub(crate) struct Level {
 
 impl Level {
     pub(crate) const EMPTY: Level = Level {
-        occupied: 0,
-        unsorted: 0,
-        stale: 0,
-        scanned: 0,
+        occupied: Bits::EMPTY,
+        unsorted: Bits::EMPTY,
+        stale: Bits::EMPTY,
+        scanned: Bits::EMPTY,
         min: [0; SLOTS],
         last: [0; SLOTS],
         chains: [Chain::EMPTY; SLOTS],
@@ -62,11 +106,10 @@ impl Level {
     /// Marks `slot` as holding no timer; its chain must already have been freed or taken.
     #[inline]
     pub(crate) fn set_empty(&mut self, slot: usize) {
-        let bit = !(1u64 << slot);
-        self.occupied &= bit;
-        self.unsorted &= bit;
-        self.stale &= bit;
-        self.scanned &= bit;
+        self.occupied.clear(slot);
+        self.unsorted.clear(slot);
+        self.stale.clear(slot);
+        self.scanned.clear(slot);
         self.chains[slot] = Chain::EMPTY;
     }
 }

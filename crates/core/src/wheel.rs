@@ -10,9 +10,7 @@ use core::num::NonZeroU32;
 use crate::entry::{at, at_mut, Entry, Timer, TimerKey, NIL, NO_POS};
 use crate::level::Level;
 use crate::pool::{addr, Chain, Pool, ITEMS, WORDS};
-use crate::tick::{
-    level_for, slot_for, slot_start, slots_from, Tick, BITS_PER_LEVEL, NUM_LEVELS, SLOTS,
-};
+use crate::tick::{level_for, slot_for, slot_start, Tick, BITS_PER_LEVEL, NUM_LEVELS, SLOTS};
 use crate::InsertError;
 
 /// The most timers a wheel holds. Bounded so that, whatever the garbage, the pool's item
@@ -30,7 +28,8 @@ const GARBAGE_SLACK: u32 = 32;
 /// Whether a slot with `live` timers and `garbage` dead items must be compacted.
 #[inline]
 fn over_garbage_bound(live: u32, garbage: u32) -> bool {
-    2 * u64::from(garbage) > u64::from(GARBAGE_HALVES) * u64::from(live) + 2 * u64::from(GARBAGE_SLACK)
+    2 * u64::from(garbage)
+        > u64::from(GARBAGE_HALVES) * u64::from(live) + 2 * u64::from(GARBAGE_SLACK)
 }
 
 /// A hierarchical timing wheel holding timers with values of type `T`.
@@ -401,8 +400,8 @@ impl<T> Wheel<T> {
         }
         let lvl = &self.levels[level];
         debug_assert_eq!(
-            lvl.stale & (1 << slot),
-            0,
+            lvl.stale.get(slot),
+            false,
             "front slot stale; level={level}"
         );
         Some(lvl.min[slot])
@@ -547,14 +546,15 @@ impl<T> Wheel<T> {
             return None;
         }
         let level = self.nonempty.trailing_zeros() as usize;
-        let occupied = self.levels[level].occupied;
+        let occupied = &self.levels[level].occupied;
+        #[cfg(debug_assertions)]
         debug_assert_eq!(
-            occupied & !slots_from(self.elapsed, level),
-            0,
+            occupied.first_before(slot_for(self.elapsed, level)),
+            None,
             "slot behind the clock; level={level} elapsed={}",
             self.elapsed
         );
-        Some((level, occupied.trailing_zeros() as usize))
+        occupied.first().map(|slot| (level, slot))
     }
 
     /// Points entry `index` at its item.
@@ -580,13 +580,12 @@ impl<T> Wheel<T> {
             .horizon
             .min(deadline & (u64::MAX << (level as u32 * BITS_PER_LEVEL)));
         let lvl = &mut self.levels[level];
-        let bit = 1u64 << slot;
         let chain = &mut lvl.chains[slot];
         if chain.live == 0 {
-            lvl.occupied |= bit;
-            lvl.unsorted &= !bit;
-            lvl.stale &= !bit;
-            lvl.scanned &= !bit;
+            lvl.occupied.set(slot);
+            lvl.unsorted.clear(slot);
+            lvl.stale.clear(slot);
+            lvl.scanned.clear(slot);
             lvl.min[slot] = deadline;
             lvl.last[slot] = deadline;
             self.nonempty |= 1 << level;
@@ -594,10 +593,10 @@ impl<T> Wheel<T> {
             if deadline <= lvl.min[slot] {
                 // Below every deadline in the slot, even if `min` was only a lower bound.
                 lvl.min[slot] = deadline;
-                lvl.stale &= !bit;
+                lvl.stale.clear(slot);
             }
             if deadline < lvl.last[slot] {
-                lvl.unsorted |= bit;
+                lvl.unsorted.set(slot);
             } else {
                 lvl.last[slot] = deadline;
             }
@@ -620,13 +619,13 @@ impl<T> Wheel<T> {
         if chain.live == 0 {
             self.pool.free_chain(chain);
             lvl.set_empty(slot);
-            if lvl.occupied == 0 {
+            if lvl.occupied.is_empty() {
                 self.nonempty &= !(1 << level);
             }
             return;
         }
         if deadline == lvl.min[slot] {
-            lvl.stale |= 1 << slot;
+            lvl.stale.set(slot);
         }
         if over_garbage_bound(chain.live, chain.garbage()) {
             self.compact(level, slot);
@@ -667,7 +666,7 @@ impl<T> Wheel<T> {
             if chain.live == 0 {
                 self.pool.free_chain(chain);
                 lvl.set_empty(slot);
-                if lvl.occupied == 0 {
+                if lvl.occupied.is_empty() {
                     self.nonempty &= !1;
                 }
             }
@@ -688,7 +687,7 @@ impl<T> Wheel<T> {
         let lvl = &mut self.levels[level];
         let chain = lvl.chains[slot];
         lvl.set_empty(slot);
-        if lvl.occupied == 0 {
+        if lvl.occupied.is_empty() {
             self.nonempty &= !(1 << level);
         }
         let (mut chunk, mut word) = (chain.head, chain.start);
@@ -730,16 +729,15 @@ impl<T> Wheel<T> {
         let Some((level, slot)) = self.front() else {
             return;
         };
-        let bit = 1u64 << slot;
         let lvl = &self.levels[level];
-        if lvl.stale & bit == 0 {
+        if !lvl.stale.get(slot) {
             return;
         }
-        if lvl.unsorted & bit == 0 {
+        if !lvl.unsorted.get(slot) {
             self.skip_head_garbage(level, slot);
-        } else if lvl.scanned & bit == 0 {
+        } else if !lvl.scanned.get(slot) {
             self.compact(level, slot);
-            self.levels[level].scanned |= bit;
+            self.levels[level].scanned.set(slot);
         } else {
             self.sort_slot(level, slot);
         }
@@ -756,7 +754,7 @@ impl<T> Wheel<T> {
             let index = self.pool.item(chunk, word);
             if let Some(timer) = at(&self.entries, index, addr(chunk, word)) {
                 lvl.min[slot] = timer.deadline;
-                lvl.stale &= !(1u64 << slot);
+                lvl.stale.clear(slot);
                 return;
             }
             chain.items -= 1;
@@ -819,7 +817,7 @@ impl<T> Wheel<T> {
             ..chain
         };
         lvl.min[slot] = min;
-        lvl.stale &= !(1u64 << slot);
+        lvl.stale.clear(slot);
     }
 
     /// Stable-sorts the live items of `slot` at `level` by deadline (dropping its garbage)
@@ -877,10 +875,9 @@ impl<T> Wheel<T> {
         let lvl = &mut self.levels[level];
         lvl.min[slot] = min;
         lvl.last[slot] = max;
-        let bit = !(1u64 << slot);
-        lvl.stale &= bit;
-        lvl.unsorted &= bit;
-        lvl.scanned &= bit;
+        lvl.stale.clear(slot);
+        lvl.unsorted.clear(slot);
+        lvl.scanned.clear(slot);
     }
 
     /// Compacts every slot. Called when the pool may not grow: afterwards it holds only
@@ -888,11 +885,10 @@ impl<T> Wheel<T> {
     #[cold]
     fn compact_all(&mut self) {
         for level in 0..NUM_LEVELS {
-            let mut occupied = self.levels[level].occupied;
-            while occupied != 0 {
-                let slot = occupied.trailing_zeros() as usize;
-                occupied &= occupied - 1;
-                self.compact(level, slot);
+            for slot in 0..SLOTS {
+                if self.levels[level].occupied.get(slot) {
+                    self.compact(level, slot);
+                }
             }
         }
     }
