@@ -399,11 +399,7 @@ impl<T> Wheel<T> {
             return Some(slot_start(self.elapsed, 0, slot));
         }
         let lvl = &self.levels[level];
-        debug_assert_eq!(
-            lvl.stale.get(slot),
-            false,
-            "front slot stale; level={level}"
-        );
+        debug_assert!(!lvl.stale.get(slot), "front slot stale; level={level}");
         Some(lvl.min[slot])
     }
 
