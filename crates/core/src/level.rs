@@ -1,8 +1,8 @@
-//! One level of the wheel: 64 slot chains, their occupancy bitmap, and what is known of each
+//! One level of the wheel: 256 slot chains, their occupancy bitmap, and what is known of each
 //! slot's earliest deadline.
 //!
 //! A slot's timers are a chain of chunks in the pool (see `pool.rs`); a level holds only the
-//! chains' ends and counters, so it is a fixed 2.5 KiB whatever the number of timers.
+//! chains' ends and counters, so it is a fixed 10 KiB whatever the number of timers.
 //!
 //! # Earliest deadline per slot
 //!

@@ -218,7 +218,7 @@ impl<T> Wheel<T> {
     pub fn insert(&mut self, deadline: Tick, value: T) -> TimerKey {
         match self.try_insert(deadline, value) {
             Ok(key) => key,
-            Err(_) => panic!("tickwheel: a wheel holds at most {} timers", NIL),
+            Err(_) => panic!("tickwheel: a wheel holds at most {MAX_TIMERS} timers"),
         }
     }
 
@@ -877,7 +877,9 @@ impl<T> Wheel<T> {
     }
 
     /// Compacts every slot. Called when the pool may not grow: afterwards it holds only
-    /// live items, at most `MAX_TIMERS / 15 + 2 * 704` chunks, far below its limit.
+    /// live items: at most `MAX_TIMERS / 15` chunks plus two per slot (and, during a cascade,
+    /// the chunks of the slot being cascaded, at most 2.5 items per live timer), far below
+    /// `MAX_CHUNKS`.
     #[cold]
     fn compact_all(&mut self) {
         for level in 0..NUM_LEVELS {
