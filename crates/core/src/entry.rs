@@ -79,15 +79,6 @@ pub(crate) fn at<T>(entries: &[Entry<T>], index: u32, addr: u32) -> Option<&Time
     }
 }
 
-/// Mutable form of [`at`].
-#[inline]
-pub(crate) fn at_mut<T>(entries: &mut [Entry<T>], index: u32, addr: u32) -> Option<&mut Timer<T>> {
-    match entries.get_mut(index as usize) {
-        Some(Entry::Occupied(timer)) if timer.pos.get() == addr => Some(timer),
-        _ => None,
-    }
-}
-
 /// Names one timer in one [`Wheel`](crate::Wheel).
 ///
 /// A key stays valid until its timer fires, is removed, or the wheel is cleared. After that

@@ -170,7 +170,8 @@ impl Pool {
     /// The item at `word` of `chunk`.
     #[inline]
     pub(crate) fn item(&self, chunk: u32, word: u32) -> u32 {
-        self.chunks[chunk as usize].0[word as usize]
+        debug_assert!(word < WORDS);
+        self.chunks[chunk as usize].0[(word & (WORDS - 1)) as usize]
     }
 
     /// Overwrites the item at `word` of `chunk`.
@@ -199,7 +200,8 @@ impl Pool {
             chain.end = 1;
         }
         let word = chain.end;
-        self.chunks[chain.tail as usize].0[word as usize] = index;
+        // `& (WORDS - 1)`: the word is below WORDS here; the mask drops a bounds check.
+        self.chunks[chain.tail as usize].0[(word & (WORDS - 1)) as usize] = index;
         chain.end += 1;
         match NonZeroU32::new(addr(chain.tail, word)) {
             Some(pos) => pos,

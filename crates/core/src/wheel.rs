@@ -7,7 +7,7 @@ use core::marker::PhantomData;
 use core::mem;
 use core::num::NonZeroU32;
 
-use crate::entry::{at, at_mut, Entry, Timer, TimerKey, NIL, NO_POS};
+use crate::entry::{at, Entry, Timer, TimerKey, NIL, NO_POS};
 use crate::level::Level;
 use crate::pool::{addr, Chain, Pool, ITEMS, WORDS};
 use crate::tick::{level_for, slot_for, slot_start, Tick, BITS_PER_LEVEL, NUM_LEVELS, SLOTS};
@@ -772,6 +772,8 @@ impl<T> Wheel<T> {
     #[cold]
     fn compact(&mut self, level: usize, slot: usize) {
         let chain = self.levels[level].chains[slot];
+        let entries = &mut self.entries[..];
+        let chunks = &mut self.pool.chunks[..];
         let (mut read_chunk, mut read_word) = (chain.head, chain.start);
         let (mut write_chunk, mut write_word) = (chain.head, chain.start);
         let mut min = Tick::MAX;
@@ -779,25 +781,37 @@ impl<T> Wheel<T> {
         loop {
             let last = read_chunk == chain.tail;
             let end = if last { chain.end } else { WORDS };
-            while read_word < end {
-                let index = self.pool.item(read_chunk, read_word);
-                if let Some(timer) = at_mut(&mut self.entries, index, addr(read_chunk, read_word)) {
-                    min = min.min(timer.deadline);
-                    if write_word == WORDS {
-                        write_chunk = self.pool.next(write_chunk);
-                        write_word = 1;
-                    }
-                    self.pool.set_item(write_chunk, write_word, index);
-                    timer.pos = nonzero(addr(write_chunk, write_word));
-                    write_word += 1;
-                    kept += 1;
+            // A copy of the line: the writes below may land in it, but never ahead of the
+            // read position and never on its link (word 0).
+            let words = chunks[read_chunk as usize].0;
+            let base = addr(read_chunk, 0);
+            for (word, &index) in words
+                .iter()
+                .enumerate()
+                .take(end as usize)
+                .skip(read_word as usize)
+            {
+                let Some(Entry::Occupied(timer)) = entries.get_mut(index as usize) else {
+                    continue;
+                };
+                if timer.pos.get() != base + word as u32 {
+                    continue; // garbage: the entry was reused for another timer
                 }
-                read_word += 1;
+                min = min.min(timer.deadline);
+                if write_word == WORDS {
+                    write_chunk = chunks[write_chunk as usize].0[0];
+                    write_word = 1;
+                }
+                // `& (WORDS - 1)`: the word is below WORDS here; the mask drops a bounds check.
+                chunks[write_chunk as usize].0[(write_word & (WORDS - 1)) as usize] = index;
+                timer.pos = nonzero(addr(write_chunk, write_word));
+                write_word += 1;
+                kept += 1;
             }
             if last {
                 break;
             }
-            read_chunk = self.pool.next(read_chunk);
+            read_chunk = words[0];
             read_word = 1;
         }
         debug_assert_eq!(kept, chain.live, "live count out of step");
