@@ -693,11 +693,16 @@ impl<T> Wheel<T> {
             // Copy the line and free it at once: the slots below refill it while it is hot.
             let words = self.pool.chunks[chunk as usize].0;
             self.pool.free_one(chunk);
+            // Two passes: first read every entry of the line (independent loads, so their
+            // cache misses overlap instead of waiting for each `file` in turn), then re-file
+            // the live ones.
+            let mut deadlines = [0; WORDS as usize];
+            let live = gather_live(&self.entries, &words, chunk, word, end, &mut deadlines);
             for word in word..end {
-                let index = words[word as usize];
-                if let Some(timer) = at(&self.entries, index, addr(chunk, word)) {
-                    let deadline = timer.deadline;
+                if live & (1 << word) != 0 {
+                    let deadline = deadlines[(word & (WORDS - 1)) as usize];
                     debug_assert!(level_for(self.elapsed, deadline) < level);
+                    let index = words[(word & (WORDS - 1)) as usize];
                     let pos = self.file(index, deadline);
                     self.set_pos(index, pos);
                 }
@@ -784,20 +789,19 @@ impl<T> Wheel<T> {
             // A copy of the line: the writes below may land in it, but never ahead of the
             // read position and never on its link (word 0).
             let words = chunks[read_chunk as usize].0;
-            let base = addr(read_chunk, 0);
-            for (word, &index) in words
-                .iter()
-                .enumerate()
-                .take(end as usize)
-                .skip(read_word as usize)
-            {
-                let Some(Entry::Occupied(timer)) = entries.get_mut(index as usize) else {
-                    continue;
-                };
-                if timer.pos.get() != base + word as u32 {
-                    continue; // garbage: the entry was reused for another timer
+            // First every entry of the line (independent loads that overlap), then the moves.
+            let mut deadlines = [0; WORDS as usize];
+            let live = gather_live(entries, &words, read_chunk, read_word, end, &mut deadlines);
+            for word in read_word..end {
+                if live & (1 << word) == 0 {
+                    continue; // garbage
                 }
-                min = min.min(timer.deadline);
+                let w = (word & (WORDS - 1)) as usize;
+                let index = words[w];
+                let Some(Entry::Occupied(timer)) = entries.get_mut(index as usize) else {
+                    unreachable!("gathered as live")
+                };
+                min = min.min(deadlines[w]);
                 if write_word == WORDS {
                     write_chunk = chunks[write_chunk as usize].0[0];
                     write_word = 1;
@@ -970,6 +974,29 @@ impl<T> Wheel<T> {
         self.free = NIL;
         self.len = 0;
     }
+}
+
+/// For words `from..to` of the chunk `chunk` (copied into `words`): a mask with bit `w` set
+/// for each live item, whose deadline goes to `out[w]`. The loads do not depend on each
+/// other, so the CPU overlaps their cache misses.
+#[inline]
+fn gather_live<T>(
+    entries: &[Entry<T>],
+    words: &[u32; WORDS as usize],
+    chunk: u32,
+    from: u32,
+    to: u32,
+    out: &mut [Tick; WORDS as usize],
+) -> u32 {
+    let mut live = 0;
+    for word in from..to {
+        let w = (word & (WORDS - 1)) as usize;
+        if let Some(timer) = at(entries, words[w], addr(chunk, word)) {
+            out[w] = timer.deadline;
+            live |= 1 << w;
+        }
+    }
+    live
 }
 
 /// An item address or rank as a position (never 0: word 0 of a chunk is its link).
