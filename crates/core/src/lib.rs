@@ -111,8 +111,9 @@
 //!   garbage costs at most 10.7 bytes per live timer and 1.67 entry reads per cancel, paid in
 //!   a sequential pass whose reads do not depend on each other.
 //! - **Cascade**: the slot's chunks front to back (15 items per line, each line freed at once
-//!   and refilled by the levels below while hot), one entry read per item (independent reads
-//!   the CPU overlaps; garbage is dropped here for free), one append per live timer.
+//!   and refilled by the levels below while hot); the 15 entries of a line are read before any
+//!   item is moved, so their cache misses overlap instead of queueing (garbage is dropped here
+//!   for free); then one append per live timer.
 //! - **Fire**: the head item of the level-0 slot and its entry.
 //!
 //! The first design threaded doubly linked lists through the entries: a cancel touched three
