@@ -3,6 +3,7 @@
 //! prints one table per workload. `--help` lists the flags; see `RESULTS.txt` for a full run.
 
 mod harness;
+mod misses;
 mod peers;
 mod report;
 mod rng;
@@ -17,7 +18,8 @@ use peers::{dispatch, Peer};
 use runner::{Config, Workload};
 use workloads::churn::ChurnParams;
 
-/// Side-by-side timer benchmark: tickwheel vs DelayQueue, BinaryHeap, BTreeMap, nexus-timer.
+/// Side-by-side timer benchmark: tickwheel vs DelayQueue, BinaryHeap, BTreeMap, nexus-timer
+/// and a single hashed wheel.
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Cli {
@@ -45,9 +47,19 @@ struct Cli {
     /// Timed ops per churn run. Default 2,000,000 (200,000 with --quick).
     #[arg(long)]
     churn_ops: Option<u64>,
-    /// Simulated seconds of the far-future mix. Default 120 (5 with --quick).
+    /// Simulated seconds of the far-future mix with cancels. Default 120 (5 with --quick).
     #[arg(long)]
     far_secs: Option<u64>,
+    /// Simulated seconds of the far-future mix without cancels. Default 120 (5 with --quick).
+    #[arg(long)]
+    mix_secs: Option<u64>,
+    /// Count cache misses per op (cachegrind) for churn, fire-all jumping and the far-future
+    /// mix tables up to this N; 0 turns it off. Needs valgrind; slow (50x per run).
+    #[arg(long, default_value_t = 0)]
+    misses_max_n: usize,
+    /// Churn ops per cachegrind run (runs of K and 2K ops; the difference is reported).
+    #[arg(long, default_value_t = 200_000)]
+    misses_ops: u64,
     /// Skip an implementation whose estimated time for one run exceeds this many seconds.
     #[arg(long, default_value_t = 120.0)]
     budget_secs: f64,
@@ -95,6 +107,10 @@ impl Cli {
             churn_ns: sizes(&[1_000, 100_000, 1_000_000, 10_000_000], &[1_000, 100_000]),
             fire_ns: sizes(&[1_000, 100_000, 1_000_000], &[1_000, 100_000]),
             far_ns: sizes(&[1_000_000], &[100_000]),
+            mix_ns: sizes(&[1_000_000], &[100_000]),
+            mix_secs: self.mix_secs.unwrap_or(if self.quick { 5 } else { 120 }),
+            misses_max_n: self.misses_max_n,
+            misses_ops: self.misses_ops,
             mem_ns: sizes(&[1_000_000], &[100_000]),
             max_n: self.max_n,
             runs: self.runs.unwrap_or(if self.quick { 1 } else { 5 }),

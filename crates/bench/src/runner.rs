@@ -4,9 +4,11 @@ use std::collections::HashMap;
 use std::io::Write;
 
 use crate::harness::Checked;
+use crate::misses::{self, Per};
 use crate::peers::{advance_cost_ns, dispatch, Peer};
 use crate::report::{fmt_n, median, print_table, Row};
 use crate::workloads::churn::{self, ChurnParams};
+use crate::workloads::far_mix::{self, FarMixParams};
 use crate::workloads::fire_all::{self, FireAllParams, Mode};
 use crate::workloads::{memory, RunResult};
 
@@ -15,7 +17,10 @@ use crate::workloads::{memory, RunResult};
 pub(crate) enum Workload {
     Churn,
     FireAll,
+    /// Only the jumping half of fire-all.
+    FireAllJumping,
     FarFuture,
+    FarMix,
     Memory,
     All,
 }
@@ -28,6 +33,12 @@ pub(crate) struct Config {
     pub(crate) churn_ns: Vec<usize>,
     pub(crate) fire_ns: Vec<usize>,
     pub(crate) far_ns: Vec<usize>,
+    pub(crate) mix_ns: Vec<usize>,
+    pub(crate) mix_secs: u64,
+    /// Count cache misses per op with cachegrind for tables up to this N (0: never).
+    pub(crate) misses_max_n: usize,
+    /// Churn ops per cachegrind run (the difference of K and 2K ops is reported).
+    pub(crate) misses_ops: u64,
     pub(crate) mem_ns: Vec<usize>,
     pub(crate) max_n: usize,
     pub(crate) runs: usize,
@@ -48,7 +59,9 @@ impl Config {
     }
 
     fn wants(&self, w: Workload) -> bool {
-        self.workload == Workload::All || self.workload == w
+        self.workload == Workload::All
+            || self.workload == w
+            || (w == Workload::FireAll && self.workload == Workload::FireAllJumping)
     }
 }
 
@@ -93,8 +106,25 @@ struct Section<'a> {
     last_wall: HashMap<Peer, (usize, f64, f64)>,
 }
 
+/// What a table passes to cachegrind: the command-line arguments that select its workload
+/// and size, and whether it is churn (counted as a difference of two op counts).
+struct MissArgs {
+    args: Vec<String>,
+    churn: bool,
+}
+
+impl MissArgs {
+    fn new(workload: &str, n: usize, extra: &[String], churn: bool) -> Option<Self> {
+        let mut args = vec![format!("--workload={workload}"), format!("--n={n}")];
+        args.extend_from_slice(extra);
+        Some(MissArgs { args, churn })
+    }
+}
+
 impl Section<'_> {
-    /// Runs every peer at size `n` and prints the table.
+    /// Runs every peer at size `n` and prints the table, then (with `--misses-max-n`) the
+    /// cache misses per op of each peer measured.
+    #[allow(clippy::too_many_arguments)]
     fn table(
         &mut self,
         label: &'static str,
@@ -103,10 +133,12 @@ impl Section<'_> {
         n: usize,
         mut estimate: impl FnMut(Peer) -> Estimate,
         mut once: impl FnMut(Peer) -> Checked<RunResult>,
+        miss_args: Option<MissArgs>,
     ) -> Checked<()> {
         let runs = self.cfg.runs_for(n);
         let mut rows = Vec::new();
         let mut notes = Vec::new();
+        let mut op_counts = Vec::new();
         for &peer in &self.cfg.peers {
             let est = match estimate(peer) {
                 Estimate::Secs(secs) => Some(secs),
@@ -139,6 +171,7 @@ impl Section<'_> {
                 .entry((label, n))
                 .or_default()
                 .push((peer, med));
+            op_counts.push((peer, last.ops));
             if !last.note.is_empty() {
                 notes.push(last.note);
             }
@@ -157,6 +190,34 @@ impl Section<'_> {
         print_table(&title, unit, &rows);
         for note in notes {
             println!("    note: {note}");
+        }
+        if let Some(m) = miss_args.filter(|_| n <= self.cfg.misses_max_n) {
+            println!(
+                "  cachegrind, per op{}: instructions, L1d misses, L2 misses (data; harness included)",
+                if m.churn {
+                    format!(" (runs of {} and {} ops, difference)", self.cfg.misses_ops, 2 * self.cfg.misses_ops)
+                } else {
+                    String::new()
+                }
+            );
+            for (peer, ops) in op_counts {
+                let per = if m.churn {
+                    Per::ChurnDiff {
+                        ops: self.cfg.misses_ops,
+                    }
+                } else {
+                    Per::Total { ops: ops as f64 }
+                };
+                let c = misses::per_op(peer, &m.args, &per)?;
+                println!(
+                    "    {:<12} {:>7.0} instr  {:>6.2} L1d  {:>6.2} L2",
+                    peer.name(),
+                    c.instructions,
+                    c.d1,
+                    c.lld
+                );
+                let _ = std::io::stdout().flush();
+            }
         }
         println!();
         let _ = std::io::stdout().flush();
@@ -224,12 +285,16 @@ pub(crate) fn run(cfg: &Config) -> Checked<()> {
                 n,
                 |_| Estimate::FixedOps,
                 |peer| dispatch!(peer, run_churn(&p)),
+                MissArgs::new("churn", n, &[], true),
             )?;
         }
     }
 
     if cfg.wants(Workload::FireAll) {
         for mode in [Mode::Jumping, Mode::Stepping] {
+            if mode == Mode::Stepping && cfg.workload == Workload::FireAllJumping {
+                continue;
+            }
             let label = match mode {
                 Mode::Jumping => "fire-all jumping",
                 Mode::Stepping => "fire-all stepping",
@@ -262,6 +327,10 @@ pub(crate) fn run(cfg: &Config) -> Checked<()> {
                         Mode::Stepping => Estimate::Never,
                     },
                     |peer| dispatch!(peer, run_fire_all(&p)),
+                    match mode {
+                        Mode::Jumping => MissArgs::new("fire-all-jumping", n, &[], false),
+                        Mode::Stepping => None,
+                    },
                 )?;
             }
             if mode == Mode::Jumping {
@@ -314,6 +383,39 @@ pub(crate) fn run(cfg: &Config) -> Checked<()> {
                 n,
                 estimate,
                 |peer| dispatch!(peer, run_churn(&p)),
+                None,
+            )?;
+        }
+    }
+
+    if cfg.wants(Workload::FarMix) {
+        let mut s = Section {
+            cfg,
+            medians: &mut medians,
+            last_wall: HashMap::new(),
+        };
+        for &n in &cfg.mix_ns {
+            if n > cfg.max_n {
+                continue;
+            }
+            let p = FarMixParams {
+                n,
+                secs: cfg.mix_secs,
+                seed: cfg.seed,
+            };
+            s.table(
+                "far-mix",
+                format!(
+                    "(e) far-future mix without cancels, N={} inserted (90% 1-60 s, 10% 1-30 days), \
+                     clock stepped 1 ms for {} s: ns per op (insert or fire)",
+                    fmt_n(n),
+                    cfg.mix_secs
+                ),
+                "ns",
+                n,
+                |_| Estimate::Never,
+                |peer| dispatch!(peer, run_far_mix(&p)),
+                MissArgs::new("far-mix", n, &[format!("--mix-secs={}", cfg.mix_secs)], false),
             )?;
         }
     }
@@ -346,6 +448,7 @@ pub(crate) fn run(cfg: &Config) -> Checked<()> {
                 n,
                 |_| Estimate::Never,
                 |peer| memory::run_in_child(peer, &p),
+                None,
             )?;
         }
     }
@@ -362,41 +465,66 @@ fn run_fire_all<I: crate::peers::TimerImpl>(p: &FireAllParams) -> Checked<RunRes
     fire_all::run::<I>(p)
 }
 
+fn run_far_mix<I: crate::peers::TimerImpl>(p: &FarMixParams) -> Checked<RunResult> {
+    far_mix::run::<I>(p)
+}
+
 fn print_targets(medians: &Medians) {
-    println!("Targets for tickwheel:");
+    println!("Targets for tickwheel (issue 9), from the medians above:");
     let get = |label: &'static str, n: usize, peer: Peer| {
         medians
             .get(&(label, n))
             .and_then(|rows| rows.iter().find(|(p, _)| *p == peer).map(|(_, v)| *v))
     };
     let verdict = |ok: bool| if ok { "MET" } else { "MISSED" };
-    let check = |what: String, label: &'static str, n: usize, limit: f64, unit: &str| match get(
-        label,
-        n,
-        Peer::Tickwheel,
+    // `ours <= factor * theirs`, printed as a ratio.
+    let ratio = |what: &str, label: &'static str, n: usize, peer: Peer, limit: f64| match (
+        get(label, n, Peer::Tickwheel),
+        get(label, n, peer),
     ) {
-        Some(v) => println!(
-            "  {what}: {v:.1} {unit} (target <= {limit}) -> {}",
-            verdict(v <= limit)
+        (Some(ours), Some(theirs)) => println!(
+            "  {what}: tickwheel {ours:.1} / {} {theirs:.1} = {:.2}x (target <= {limit}x) -> {}",
+            peer.name(),
+            ours / theirs,
+            verdict(ours <= limit * theirs)
         ),
-        None => println!("  {what}: not measured in this run"),
+        _ => println!("  {what}: not measured in this run"),
     };
-    check("churn N=1e6".into(), "churn", 1_000_000, 200.0, "ns/op");
-    check(
-        "fire-all jumping N=1e6".into(),
+    ratio(
+        "churn N=1e6 vs BinaryHeap",
+        "churn",
+        1_000_000,
+        Peer::Heap,
+        0.8,
+    );
+    ratio(
+        "churn N=1e6 vs DelayQueue (>= 3x faster)",
+        "churn",
+        1_000_000,
+        Peer::DelayQueue,
+        1.0 / 3.0,
+    );
+    ratio(
+        "fire-all jumping N=1e6 vs BTreeMap",
         "fire-all jumping",
         1_000_000,
-        200.0,
-        "ns/timer",
+        Peer::Btree,
+        0.5,
     );
-    check(
-        "far-future N=1e6".into(),
-        "far-future",
+    ratio(
+        "far-future mix (no cancels) N=1e6 vs hashed wheel (faster)",
+        "far-mix",
         1_000_000,
-        60.0,
-        "ns/op",
+        Peer::Hashed,
+        1.0,
     );
-    check("memory N=1e6".into(), "memory", 1_000_000, 36.0, "B/timer");
+    match get("memory", 1_000_000, Peer::Tickwheel) {
+        Some(v) => println!(
+            "  memory N=1e6: {v:.1} B/timer (target <= 36) -> {}",
+            verdict(v <= 36.0)
+        ),
+        None => println!("  memory N=1e6: not measured in this run"),
+    }
     let mut keys: Vec<_> = medians
         .keys()
         .filter(|(l, _)| *l == "churn")

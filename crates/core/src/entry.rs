@@ -2,90 +2,80 @@
 //!
 //! # Layout
 //!
-//! Timers live in one `Vec<Entry<T>>`. An occupied entry is its generation plus a [`Node`]:
-//! deadline, value and the two list links (slab indices, not pointers). For `T = u64` that is
-//! `1 (tag) + 3 (padding) + 4 (generation) + 8 (deadline) + 8 (value) + 4 (next) + 4 (prev)`
-//! = 32 bytes, two timers per 64-byte cache line; a unit test pins this size. A vacant entry
-//! keeps the generation and threads the free list through `next_free`.
+//! Timers live in one `Vec<Entry<T>>`. An occupied entry is a [`Timer`]: deadline, value,
+//! generation, and the address of its item in the pool (see `pool.rs`). For `T = u64` that is
+//! `8 (deadline) + 8 (value) + 4 (generation) + 4 (position)` = 24 bytes; the position is
+//! never 0, so the enum's tag hides in that niche and costs nothing (a unit test pins the
+//! size). A vacant entry keeps the generation and threads the free list through `next_free`.
 //!
-//! Cancelling a timer touches its own entry and its two list neighbours: three cache lines
-//! at most, and no allocator call.
+//! Cancelling a timer touches its own entry and nothing else: the entry becomes vacant, and
+//! the item that pointed at it becomes garbage that its slot drops later.
 
 use core::fmt;
+use core::num::NonZeroU32;
 
 use crate::tick::Tick;
 
 /// The "no entry" index ending a list. Entry indices are therefore at most `u32::MAX - 1`.
 pub(crate) const NIL: u32 = u32::MAX;
 
-/// A live timer: its deadline, value and links in its slot's list.
+/// The position of a timer that has no item yet (no item ever has this address).
+pub(crate) const NO_POS: NonZeroU32 = NonZeroU32::MAX;
+
+/// A live timer.
 #[derive(Clone)]
-pub(crate) struct Node<T> {
+pub(crate) struct Timer<T> {
     /// The effective deadline: `max(requested deadline, clock at insert or reset)`.
     pub(crate) deadline: Tick,
     pub(crate) value: T,
-    pub(crate) next: u32,
-    pub(crate) prev: u32,
+    pub(crate) gen: u32,
+    /// Address of this timer's live item in the pool.
+    pub(crate) pos: NonZeroU32,
 }
 
 /// One slot of the slab.
 #[derive(Clone)]
 pub(crate) enum Entry<T> {
-    Occupied { gen: u32, node: Node<T> },
+    Occupied(Timer<T>),
     Vacant { gen: u32, next_free: u32 },
 }
 
 impl<T> Entry<T> {
-    /// The node of an entry known to be linked into a list.
-    ///
-    /// # Panics
-    ///
-    /// If the entry is vacant: a list link pointed at a free entry, a broken invariant.
-    #[inline]
-    pub(crate) fn node(&self) -> &Node<T> {
-        match self {
-            Entry::Occupied { node, .. } => node,
-            Entry::Vacant { .. } => unreachable!("timer list links to a vacant entry"),
-        }
-    }
-
-    /// Mutable form of [`Entry::node`].
-    ///
-    /// # Panics
-    ///
-    /// If the entry is vacant (a broken invariant).
-    #[inline]
-    pub(crate) fn node_mut(&mut self) -> &mut Node<T> {
-        match self {
-            Entry::Occupied { node, .. } => node,
-            Entry::Vacant { .. } => unreachable!("timer list links to a vacant entry"),
-        }
-    }
-
     /// The generation a key must carry to name this entry's current (or next) timer.
     #[inline]
     pub(crate) fn gen(&self) -> u32 {
         match self {
-            Entry::Occupied { gen, .. } | Entry::Vacant { gen, .. } => *gen,
+            Entry::Occupied(timer) => timer.gen,
+            Entry::Vacant { gen, .. } => *gen,
         }
     }
 
-    /// The node, if the entry is occupied by the timer of generation `key_gen`.
+    /// The timer, if the entry is occupied by the timer of generation `key_gen`.
     #[inline]
-    pub(crate) fn live(&self, key_gen: u32) -> Option<&Node<T>> {
+    pub(crate) fn live(&self, key_gen: u32) -> Option<&Timer<T>> {
         match self {
-            Entry::Occupied { gen, node } if *gen == key_gen => Some(node),
+            Entry::Occupied(timer) if timer.gen == key_gen => Some(timer),
             _ => None,
         }
     }
 
     /// Mutable form of [`Entry::live`].
     #[inline]
-    pub(crate) fn live_mut(&mut self, key_gen: u32) -> Option<&mut Node<T>> {
+    pub(crate) fn live_mut(&mut self, key_gen: u32) -> Option<&mut Timer<T>> {
         match self {
-            Entry::Occupied { gen, node } if *gen == key_gen => Some(node),
+            Entry::Occupied(timer) if timer.gen == key_gen => Some(timer),
             _ => None,
         }
+    }
+}
+
+/// The timer whose live item sits at pool address `addr`, if `index` names one: the test
+/// that tells a live item from garbage.
+#[inline]
+pub(crate) fn at<T>(entries: &[Entry<T>], index: u32, addr: u32) -> Option<&Timer<T>> {
+    match entries.get(index as usize) {
+        Some(Entry::Occupied(timer)) if timer.pos.get() == addr => Some(timer),
+        _ => None,
     }
 }
 
@@ -144,9 +134,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn entry_of_u64_is_half_a_cache_line() {
-        assert_eq!(core::mem::size_of::<Entry<u64>>(), 32);
-        assert_eq!(core::mem::size_of::<Entry<()>>(), 24);
+    fn entry_of_u64_is_24_bytes() {
+        assert_eq!(core::mem::size_of::<Entry<u64>>(), 24);
+        assert_eq!(core::mem::size_of::<Entry<u32>>(), 24);
+        assert_eq!(core::mem::size_of::<Entry<()>>(), 16);
         assert_eq!(core::mem::size_of::<TimerKey>(), 8);
     }
 

@@ -1,83 +1,115 @@
-//! One level of the wheel: 64 slot lists, their occupancy bitmap, and what is known of each
+//! One level of the wheel: 256 slot chains, their occupancy bitmap, and what is known of each
 //! slot's earliest deadline.
 //!
-//! Only slot heads and tails live here; the lists themselves are threaded through the slab
-//! (see `entry.rs`), so a level is a fixed 1 KiB whatever the number of timers.
+//! A slot's timers are a chain of chunks in the pool (see `pool.rs`); a level holds only the
+//! chains' ends and counters, so it is a fixed 10 KiB whatever the number of timers.
 //!
 //! # Earliest deadline per slot
 //!
 //! A level-0 slot holds a single tick, so its earliest deadline is its tick. A slot of a
 //! higher level covers `64^level` ticks, and `Wheel::next_deadline` must still be exact, so
 //! each slot keeps `min`:
-//! - appending a deadline lowers `min` if it is smaller, and marks the slot *unsorted* if it is
-//!   smaller than the list's tail;
-//! - removing the minimum of a sorted list makes the new head the minimum (read while
-//!   unlinking: no extra cache miss); removing the minimum of an unsorted list marks the slot
-//!   *stale*: `min` is then only a lower bound.
+//! - filing a deadline lowers `min` if it is smaller, and marks the slot *unsorted* if it is
+//!   smaller than the last deadline filed there;
+//! - removing a timer whose deadline equals `min` marks the slot *stale*: `min` is then only
+//!   a lower bound (cancels are lazy, so the wheel does not look at the other items then).
 //!
 //! The wheel repairs a stale slot only when it is the wheel's earliest slot, so a stale slot
-//! costs nothing until its minimum is needed. The first repair scans the list for its
-//! minimum; a second repair of the same slot sorts the list (stable, in place), after which
-//! it is sorted and exact. So a slot whose timers are cancelled at random pays one scan, and
-//! a slot whose timers are cancelled in deadline order (request timeouts completed in order)
-//! pays one sort and then O(1) per cancel; a slot filled in deadline order never needs
-//! repair at all.
+//! costs nothing until its minimum is needed. A sorted slot is repaired by skipping the
+//! garbage at its head (each item is skipped once: amortised O(1)). An unsorted slot is
+//! repaired the first time by a scan, which also compacts it (O(k)); a second time by a sort
+//! of its live items, after which it is sorted and exact. So a slot whose timers are
+//! cancelled at random pays one scan, and a slot whose timers are cancelled in deadline order
+//! (request timeouts completed in order) pays one sort and then O(1) per cancel; a slot
+//! filled in deadline order never needs more than the head skip.
 
-use crate::entry::NIL;
+use crate::pool::Chain;
 use crate::tick::{Tick, SLOTS};
 
-/// Head and tail of one slot's doubly linked list (slab indices, [`NIL`] when empty).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct List {
-    pub(crate) head: u32,
-    pub(crate) tail: u32,
-}
+/// One bit per slot of a level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Bits([u64; SLOTS / 64]);
 
-impl List {
-    pub(crate) const EMPTY: List = List {
-        head: NIL,
-        tail: NIL,
-    };
+impl Bits {
+    pub(crate) const EMPTY: Bits = Bits([0; SLOTS / 64]);
+
+    #[inline]
+    pub(crate) fn get(&self, slot: usize) -> bool {
+        self.0[slot / 64] & (1 << (slot % 64)) != 0
+    }
+
+    #[inline]
+    pub(crate) fn set(&mut self, slot: usize) {
+        self.0[slot / 64] |= 1 << (slot % 64);
+    }
+
+    #[inline]
+    pub(crate) fn clear(&mut self, slot: usize) {
+        self.0[slot / 64] &= !(1 << (slot % 64));
+    }
+
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.iter().all(|&w| w == 0)
+    }
+
+    /// The lowest set bit.
+    #[inline]
+    pub(crate) fn first(&self) -> Option<usize> {
+        self.0
+            .iter()
+            .enumerate()
+            .find(|(_, &w)| w != 0)
+            .map(|(i, &w)| i * 64 + w.trailing_zeros() as usize)
+    }
+
+    /// The lowest set bit, if it lies before `before`.
+    #[cfg(debug_assertions)]
+    pub(crate) fn first_before(&self, before: usize) -> Option<usize> {
+        self.first().filter(|&s| s < before)
+    }
 }
 
 #[derive(Clone, Debug)]
 pub(crate) struct Level {
-    /// Bit `s` set: slot `s` holds at least one timer.
-    pub(crate) occupied: u64,
-    /// Bit `s` set: slot `s`'s list is not in deadline order.
-    pub(crate) unsorted: u64,
+    /// Bit `s` set: slot `s` holds at least one live timer.
+    pub(crate) occupied: Bits,
+    /// Bit `s` set: slot `s`'s items are not in deadline order.
+    pub(crate) unsorted: Bits,
     /// Bit `s` set: `min[s]` is only a lower bound of slot `s`'s deadlines.
-    pub(crate) stale: u64,
+    pub(crate) stale: Bits,
     /// Bit `s` set: slot `s` was repaired by a scan since it last became sorted or empty.
-    pub(crate) scanned: u64,
-    pub(crate) lists: [List; SLOTS],
+    pub(crate) scanned: Bits,
     /// Earliest deadline in each slot, exact unless the slot is stale. Meaningless when empty.
     pub(crate) min: [Tick; SLOTS],
+    /// The largest deadline filed into each slot while it was sorted (the order check).
+    pub(crate) last: [Tick; SLOTS],
+    pub(crate) chains: [Chain; SLOTS],
 }
 
 impl Level {
     pub(crate) const EMPTY: Level = Level {
-        occupied: 0,
-        unsorted: 0,
-        stale: 0,
-        scanned: 0,
-        lists: [List::EMPTY; SLOTS],
+        occupied: Bits::EMPTY,
+        unsorted: Bits::EMPTY,
+        stale: Bits::EMPTY,
+        scanned: Bits::EMPTY,
         min: [0; SLOTS],
+        last: [0; SLOTS],
+        chains: [Chain::EMPTY; SLOTS],
     };
 
-    /// Forgets every slot (the entries themselves are handled by the caller).
+    /// Forgets every slot (the pool and the entries are handled by the caller).
     pub(crate) fn clear(&mut self) {
         *self = Level::EMPTY;
     }
 
-    /// Marks `slot` as holding no timer.
+    /// Marks `slot` as holding no timer; its chain must already have been freed or taken.
     #[inline]
     pub(crate) fn set_empty(&mut self, slot: usize) {
-        let bit = !(1u64 << slot);
-        self.occupied &= bit;
-        self.unsorted &= bit;
-        self.stale &= bit;
-        self.scanned &= bit;
-        self.lists[slot] = List::EMPTY;
+        self.occupied.clear(slot);
+        self.unsorted.clear(slot);
+        self.stale.clear(slot);
+        self.scanned.clear(slot);
+        self.chains[slot] = Chain::EMPTY;
     }
 }

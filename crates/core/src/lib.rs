@@ -70,59 +70,78 @@
 //! # The model
 //!
 //! Varghese and Lauck's hierarchical timing wheel
-//! (<http://www.cs.columbia.edu/~nahum/w6998/papers/sosp87-timing-wheels.pdf>), in the
-//! shape of the Linux and tokio wheels:
+//! (<http://www.cs.columbia.edu/~nahum/w6998/papers/sosp87-timing-wheels.pdf>), with 256 slots
+//! per level where Linux and tokio use 64:
 //!
 //! | level | slots | one slot spans | the level spans (1 tick = 1 ms) |
 //! |------:|------:|---------------:|--------------------------------:|
-//! | 0     | 64    | 1 tick         | 64 ms                           |
-//! | 1     | 64    | 64 ticks       | 4.1 s                           |
-//! | 2     | 64    | 64² ticks      | 4.4 min                         |
-//! | 3     | 64    | 64³ ticks      | 4.7 h                           |
-//! | 4     | 64    | 64⁴ ticks      | 12.4 days                       |
-//! | 5–9   | 64    | 64⁵…64⁹ ticks  | 2.2 years … 2 million years     |
-//! | 10    | 16    | 2⁶⁰ ticks      | the rest of `u64`               |
+//! | 0     | 256   | 1 tick         | 256 ms                          |
+//! | 1     | 256   | 256 ticks      | 65.5 s                          |
+//! | 2     | 256   | 256² ticks     | 4.7 h                           |
+//! | 3     | 256   | 256³ ticks     | 49.7 days                       |
+//! | 4–7   | 256   | 256⁴…256⁷ ticks | 34.9 years … the rest of `u64`  |
 //!
-//! - **Placement.** A timer is filed at the level of the highest 6-bit digit in which its
-//!   deadline differs from the clock, in the slot given by that digit of the deadline. Eleven
+//! - **Placement.** A timer is filed at the level of the highest 8-bit digit in which its
+//!   deadline differs from the clock, in the slot given by that digit of the deadline. Eight
 //!   levels cover all of `u64`, so nothing is out of range and nothing needs an overflow list.
 //!   A timer's place is a function of its deadline and the clock, so it is not stored.
-//! - **Slots** are doubly linked lists threaded through a slab (`Vec`) by `u32` index, with
-//!   a head and a tail per slot: insert appends (O(1)), remove unlinks (O(1)).
-//! - **Bitmaps.** Each level keeps a `u64` with one bit per occupied slot, and the wheel one
-//!   bit per occupied level. The earliest timers are in the first occupied slot of the lowest
-//!   occupied level: two `trailing_zeros`, never a walk over empty slots.
+//! - **Bitmaps.** Each level keeps one bit per occupied slot, and the wheel one bit per
+//!   occupied level: the earliest timers are in the first occupied slot of the lowest occupied
+//!   level, found with a few `trailing_zeros`, never by walking empty slots.
 //! - **Cascading.** When the clock reaches the start of a slot above level 0, its timers move
 //!   down to the level their remaining time belongs to, in order. Each timer moves at most
-//!   once per level, so firing is amortised O(1).
+//!   once per level; with 1 ms ticks a timer due within 65 s moves once before it fires.
 //! - **Exact next deadline.** A level-0 slot is a single tick. A higher slot records its
-//!   earliest deadline, kept exact on insert and on most removals; when the minimum of an
-//!   out-of-order slot is removed the slot is marked stale, and it is sorted once (stable)
-//!   if and when it becomes the earliest slot. See `level.rs` for the details.
+//!   earliest deadline, kept exact on insert; a cancel of that minimum marks it stale, and the
+//!   slot is repaired only if and when it becomes the earliest slot. See `level.rs`.
+//!
+//! # Memory layout: what one operation touches
+//!
+//! A timer is a 24-byte slab entry (`Wheel<u64>`: deadline, value, generation, position) plus
+//! a 4-byte *item* (its slab index) in its slot. A slot's items live in a chain of 64-byte
+//! chunks (one link and 15 items per cache line), all chunks of all slots in one pool with a
+//! free list. The entry records where its item is, and an item is live only while its entry
+//! points back at it: that makes cancelling lazy.
+//!
+//! - **Insert**: the most recently freed slab entry (usually the one a cancel just touched,
+//!   still in cache), and one `u32` appended to the slot's tail chunk (hot: recently filed).
+//! - **Cancel**: the timer's own entry, nothing else. The item left in the slot is garbage;
+//!   the slot counts it and, when its garbage exceeds 1.5 × its live timers (+32), compacts
+//!   itself (reads each item's entry, keeps the live ones in order, frees spare chunks). So
+//!   garbage costs at most 10.7 bytes per live timer and 1.67 entry reads per cancel, paid in
+//!   a sequential pass whose reads do not depend on each other.
+//! - **Cascade**: the slot's chunks front to back (15 items per line, each line freed at once
+//!   and refilled by the levels below while hot); the 15 entries of a line are read before any
+//!   item is moved, so their cache misses overlap instead of queueing (garbage is dropped here
+//!   for free); then one append per live timer.
+//! - **Fire**: the head item of the level-0 slot and its entry.
+//!
+//! The first design threaded doubly linked lists through the entries: a cancel touched three
+//! random cache lines and a cascade chased one dependent pointer per timer. ADR 0004 records
+//! the measurements behind the change.
+//!
+//! Memory: about 24 + 4 × (1 + garbage) × 16/15 bytes per timer, measured at 32.6 B after one
+//! cancel per timer and 34.5 B in the steady state of heavy churn at N = 1e6; plus 10 KiB of
+//! slot tables per level. Once the slab and pool have grown to the live count (or after
+//! [`Wheel::with_capacity`]), inserting, cancelling and firing allocate nothing: entries and
+//! chunks are reused, most recent first.
 //!
 //! # Cost
 //!
 //! | operation | cost |
 //! |-----------|------|
-//! | [`insert`](Wheel::insert), [`remove`](Wheel::remove), [`reset`](Wheel::reset) | O(1) |
+//! | [`insert`](Wheel::insert), [`remove`](Wheel::remove), [`reset`](Wheel::reset) | O(1) amortised |
 //! | [`get`](Wheel::get), [`deadline`](Wheel::deadline), [`contains`](Wheel::contains) | O(1) |
 //! | [`next_deadline`](Wheel::next_deadline) | O(1) |
-//! | [`poll`](Wheel::poll) | O(1) per timer fired plus O(1) per timer cascaded (≤ 10 per timer) |
+//! | [`poll`](Wheel::poll) | O(1) per timer fired plus O(1) per timer cascaded (≤ 7 per timer) |
 //! | [`clear`](Wheel::clear), [`drain`](Wheel::drain), [`shrink_to_fit`](Wheel::shrink_to_fit) | O(capacity) |
 //!
-//! The one exception to O(1): removing or resetting the earliest timer of a slot above
-//! level 0 whose timers were inserted out of deadline order, while that slot is the earliest
-//! one, sorts that slot (O(k log k) for its k timers) so that `next_deadline` stays exact;
-//! the slot then stays sorted until a timer is appended out of order.
-//!
-//! # Memory layout
-//!
-//! A timer is one slab entry: for `Wheel<u64>` 32 bytes (generation, deadline, value, two
-//! `u32` links), two per cache line. Cancelling touches the timer's own entry and its two
-//! list neighbours; inserting touches the new entry (the most recently freed one, still in
-//! cache) and the slot's tail. The slot tables are 1 KiB per level, 11 KiB in all. Once the
-//! slab has grown to the number of live timers, inserts do not allocate: freed entries are
-//! reused, most recent first.
+//! "Amortised" because a cancel occasionally compacts its slot (O(k) for its k items, paid
+//! for by the ≥ 0.6 k cancels that made the garbage). The other exception: removing or
+//! resetting the earliest timer of a slot above level 0 whose timers were inserted out of
+//! deadline order, while that slot is the earliest one, scans that slot, and a second time
+//! sorts it (O(k log k)) so that `next_deadline` stays exact; the slot then stays sorted until
+//! a timer is filed out of order.
 //!
 //! # `no_std`
 //!
@@ -138,6 +157,7 @@ extern crate std;
 
 mod entry;
 mod level;
+mod pool;
 mod tick;
 mod wheel;
 
@@ -147,7 +167,8 @@ pub use entry::TimerKey;
 pub use tick::Tick;
 pub use wheel::{Drain, Iter, IterMut, Wheel};
 
-/// A wheel refused a timer because it already holds `u32::MAX` timers. Holds the value.
+/// A wheel refused a timer because it already holds 2³⁰ (about a billion) timers. Holds the
+/// value.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct InsertError<T>(pub T);
 
@@ -169,7 +190,7 @@ impl<T> fmt::Display for InsertError<T> {
         write!(
             f,
             "the timing wheel is full: it holds at most {} timers",
-            u32::MAX
+            crate::wheel::MAX_TIMERS
         )
     }
 }

@@ -5,11 +5,32 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::marker::PhantomData;
 use core::mem;
+use core::num::NonZeroU32;
 
-use crate::entry::{Entry, Node, TimerKey, NIL};
-use crate::level::{Level, List};
-use crate::tick::{level_for, slot_for, slot_start, slots_from, Tick, NUM_LEVELS};
+use crate::entry::{at, Entry, Timer, TimerKey, NIL, NO_POS};
+use crate::level::Level;
+use crate::pool::{addr, Chain, Pool, ITEMS, WORDS};
+use crate::tick::{level_for, slot_for, slot_start, Tick, BITS_PER_LEVEL, NUM_LEVELS, SLOTS};
 use crate::InsertError;
+
+/// The most timers a wheel holds. Bounded so that, whatever the garbage, the pool's item
+/// addresses fit a `u32` (see [`Wheel::compact_all`]).
+pub(crate) const MAX_TIMERS: usize = 1 << 30;
+
+/// A slot is compacted when its garbage exceeds `GARBAGE_HALVES / 2 * live + GARBAGE_SLACK`
+/// items. With 3 halves (1.5 garbage items per live one) a slot holds at most 2.5 items per
+/// live timer, 10.7 bytes with the chunk links, so a `Wheel<u64>` stays under 35 bytes per
+/// timer in the worst case; a compaction reads `live + garbage` entries to drop `garbage`
+/// items, 1.67 reads per cancel.
+const GARBAGE_HALVES: u32 = 3;
+const GARBAGE_SLACK: u32 = 32;
+
+/// Whether a slot with `live` timers and `garbage` dead items must be compacted.
+#[inline]
+fn over_garbage_bound(live: u32, garbage: u32) -> bool {
+    2 * u64::from(garbage)
+        > u64::from(GARBAGE_HALVES) * u64::from(live) + 2 * u64::from(GARBAGE_SLACK)
+}
 
 /// A hierarchical timing wheel holding timers with values of type `T`.
 ///
@@ -47,7 +68,14 @@ pub struct Wheel<T> {
     elapsed: Tick,
     /// Bit `l` set: level `l` holds at least one timer.
     nonempty: u16,
+    /// A lower bound of the start of the earliest occupied slot (`Tick::MAX` when empty): a
+    /// poll before it has nothing to do. Lowered by every filing, made exact by polls.
+    horizon: Tick,
     levels: Box<[Level; NUM_LEVELS]>,
+    /// The slots' items (slab indices), in chains of one-cache-line chunks.
+    pool: Pool,
+    /// Reused buffer for sorting a slot (see `sort_slot`).
+    scratch: Vec<u32>,
     /// Generation given to entries pushed onto the slab. Raised above every generation a
     /// discarded entry had (by `clear`, `drain`, `shrink_to_fit`) so old keys stay dead.
     fresh_gen: u32,
@@ -116,7 +144,10 @@ impl<T> Wheel<T> {
             len: 0,
             elapsed: now,
             nonempty: 0,
+            horizon: Tick::MAX,
             levels: Box::new([Level::EMPTY; NUM_LEVELS]),
+            pool: Pool::new(),
+            scratch: Vec::new(),
             fresh_gen: wheel_seed(),
         }
     }
@@ -156,6 +187,14 @@ impl<T> Wheel<T> {
         if additional > vacant {
             self.entries.reserve(additional - vacant);
         }
+        // The chunks the slots may need for that many timers, garbage included.
+        let items = (self.len + additional) * (2 + GARBAGE_HALVES as usize) / 2;
+        let per_slot = 2 + GARBAGE_SLACK as usize / ITEMS as usize;
+        self.pool
+            .reserve_total(items / ITEMS as usize + per_slot * SLOTS * NUM_LEVELS);
+        // The sort buffer (see `sort_slot`): 4 bytes per timer, touched only if a slot
+        // that large is ever sorted.
+        self.scratch.reserve(self.len + additional);
     }
 
     /// Adds a timer that fires at `deadline` and returns its key. O(1).
@@ -165,7 +204,7 @@ impl<T> Wheel<T> {
     ///
     /// # Panics
     ///
-    /// If the wheel already holds `u32::MAX` timers (about 4 billion); see
+    /// If the wheel already holds 2³⁰ timers (about a billion); see
     /// [`try_insert`](Self::try_insert) for the non-panicking form.
     ///
     /// # Examples
@@ -175,10 +214,11 @@ impl<T> Wheel<T> {
     /// let key = wheel.insert(u64::MAX, "the end of time");
     /// assert_eq!(wheel.deadline(key), Some(u64::MAX));
     /// ```
+    #[inline]
     pub fn insert(&mut self, deadline: Tick, value: T) -> TimerKey {
         match self.try_insert(deadline, value) {
             Ok(key) => key,
-            Err(_) => panic!("tickwheel: a wheel holds at most {} timers", NIL),
+            Err(_) => panic!("tickwheel: a wheel holds at most {MAX_TIMERS} timers"),
         }
     }
 
@@ -187,40 +227,44 @@ impl<T> Wheel<T> {
     ///
     /// # Errors
     ///
-    /// [`InsertError`] (holding `value`) if `u32::MAX` timers are pending.
+    /// [`InsertError`] (holding `value`) if 2³⁰ timers are pending.
+    #[inline]
     pub fn try_insert(&mut self, deadline: Tick, value: T) -> Result<TimerKey, InsertError<T>> {
+        if self.len >= MAX_TIMERS {
+            return Err(InsertError(value));
+        }
         let deadline = deadline.max(self.elapsed);
-        let node = Node {
-            deadline,
-            value,
-            next: NIL,
-            prev: NIL,
-        };
-        let key = if self.free != NIL {
+        self.len += 1;
+        if self.free != NIL {
             let index = self.free;
+            // Filed before the entry is written: until then any item naming it is garbage.
+            let pos = self.file(index, deadline);
             let entry = &mut self.entries[index as usize];
             let (gen, next_free) = match *entry {
                 Entry::Vacant { gen, next_free } => (gen, next_free),
-                Entry::Occupied { .. } => unreachable!("free list links to an occupied entry"),
+                Entry::Occupied(_) => unreachable!("free list links to an occupied entry"),
             };
-            *entry = Entry::Occupied { gen, node };
-            self.free = next_free;
-            TimerKey { index, gen }
-        } else {
-            let index = self.entries.len();
-            if index >= NIL as usize {
-                return Err(InsertError(node.value));
-            }
-            let gen = self.fresh_gen;
-            self.entries.push(Entry::Occupied { gen, node });
-            TimerKey {
-                index: index as u32,
+            *entry = Entry::Occupied(Timer {
+                deadline,
+                value,
                 gen,
-            }
-        };
-        self.len += 1;
-        self.link(key.index, deadline);
-        Ok(key)
+                pos,
+            });
+            self.free = next_free;
+            Ok(TimerKey { index, gen })
+        } else {
+            let index = self.entries.len() as u32;
+            let gen = self.fresh_gen;
+            self.entries.push(Entry::Occupied(Timer {
+                deadline,
+                value,
+                gen,
+                pos: NO_POS,
+            }));
+            let pos = self.file(index, deadline);
+            self.set_pos(index, pos);
+            Ok(TimerKey { index, gen })
+        }
     }
 
     /// Cancels a timer and returns its value. O(1).
@@ -236,25 +280,22 @@ impl<T> Wheel<T> {
     /// assert_eq!(wheel.remove(key), Some('x'));
     /// assert_eq!(wheel.remove(key), None);
     /// ```
+    #[inline]
     pub fn remove(&mut self, key: TimerKey) -> Option<T> {
-        let deadline = self
-            .entries
-            .get(key.index as usize)?
-            .live(key.gen)?
-            .deadline;
-        self.unlink(key.index, deadline);
+        self.entries.get(key.index as usize)?.live(key.gen)?;
         let vacant = Entry::Vacant {
             gen: key.gen.wrapping_add(1),
             next_free: self.free,
         };
-        let old = mem::replace(&mut self.entries[key.index as usize], vacant);
+        let Entry::Occupied(timer) = mem::replace(&mut self.entries[key.index as usize], vacant)
+        else {
+            unreachable!("checked occupied above")
+        };
         self.free = key.index;
         self.len -= 1;
+        self.unfile(timer.deadline);
         self.repair_front();
-        match old {
-            Entry::Occupied { node, .. } => Some(node.value),
-            Entry::Vacant { .. } => unreachable!("checked occupied above"),
-        }
+        Some(timer.value)
     }
 
     /// Moves a pending timer to a new deadline. O(1). Returns `false` (and does nothing) if
@@ -274,18 +315,20 @@ impl<T> Wheel<T> {
     /// assert_eq!(wheel.poll(50), Some((key, "idle timeout")));
     /// ```
     pub fn reset(&mut self, key: TimerKey, deadline: Tick) -> bool {
+        let deadline = deadline.max(self.elapsed);
         let old = match self
             .entries
-            .get(key.index as usize)
-            .and_then(|e| e.live(key.gen))
+            .get_mut(key.index as usize)
+            .and_then(|e| e.live_mut(key.gen))
         {
-            Some(node) => node.deadline,
+            Some(timer) => mem::replace(&mut timer.deadline, deadline),
             None => return false,
         };
-        let deadline = deadline.max(self.elapsed);
-        self.unlink(key.index, old);
-        self.entries[key.index as usize].node_mut().deadline = deadline;
-        self.link(key.index, deadline);
+        // File the new item first: the entry then points at it, and the old item is garbage
+        // by the time its slot's counters are updated (which may compact that slot).
+        let pos = self.file(key.index, deadline);
+        self.set_pos(key.index, pos);
+        self.unfile(old);
         self.repair_front();
         true
     }
@@ -356,11 +399,7 @@ impl<T> Wheel<T> {
             return Some(slot_start(self.elapsed, 0, slot));
         }
         let lvl = &self.levels[level];
-        debug_assert_eq!(
-            lvl.stale & (1 << slot),
-            0,
-            "front slot stale; level={level}"
-        );
+        debug_assert!(!lvl.stale.get(slot), "front slot stale; level={level}");
         Some(lvl.min[slot])
     }
 
@@ -392,16 +431,28 @@ impl<T> Wheel<T> {
     /// assert_eq!(wheel.poll(1_000), None);
     /// assert_eq!(wheel.now(), 1_000);
     /// ```
+    #[inline]
     pub fn poll(&mut self, now: Tick) -> Option<(TimerKey, T)> {
         let now = now.max(self.elapsed);
+        if now < self.horizon {
+            self.elapsed = now;
+            return None;
+        }
+        self.poll_due(now)
+    }
+
+    /// [`poll`](Self::poll) once `now` has reached the horizon.
+    fn poll_due(&mut self, now: Tick) -> Option<(TimerKey, T)> {
         loop {
             let Some((level, slot)) = self.front() else {
                 self.elapsed = now;
+                self.horizon = Tick::MAX;
                 return None;
             };
             let start = slot_start(self.elapsed, level, slot);
             if start > now {
                 self.elapsed = now;
+                self.horizon = start;
                 return None;
             }
             self.elapsed = start;
@@ -443,6 +494,9 @@ impl<T> Wheel<T> {
     /// Returns memory the wheel does not need: trailing free entries of the slab and the
     /// spare capacity. Keys of pending timers stay valid.
     pub fn shrink_to_fit(&mut self) {
+        // Repack the slots into a fresh pool without garbage: afterwards no item names a
+        // vacant entry, so trailing vacant entries can go.
+        self.rebuild_pool();
         let mut keep = self.entries.len();
         while keep > 0 && matches!(self.entries[keep - 1], Entry::Vacant { .. }) {
             keep -= 1;
@@ -450,6 +504,7 @@ impl<T> Wheel<T> {
         }
         self.entries.truncate(keep);
         self.entries.shrink_to_fit();
+        self.scratch = Vec::new();
         // Rebuild the free list over the vacant entries that remain.
         self.free = NIL;
         for (index, entry) in self.entries.iter_mut().enumerate().rev() {
@@ -487,135 +542,176 @@ impl<T> Wheel<T> {
             return None;
         }
         let level = self.nonempty.trailing_zeros() as usize;
-        let occupied = self.levels[level].occupied;
+        let occupied = &self.levels[level].occupied;
+        #[cfg(debug_assertions)]
         debug_assert_eq!(
-            occupied & !slots_from(self.elapsed, level),
-            0,
+            occupied.first_before(slot_for(self.elapsed, level)),
+            None,
             "slot behind the clock; level={level} elapsed={}",
             self.elapsed
         );
-        Some((level, occupied.trailing_zeros() as usize))
+        occupied.first().map(|slot| (level, slot))
     }
 
-    /// Files entry `index` (already holding `deadline`) at the tail of its slot.
+    /// Points entry `index` at its item.
     #[inline]
-    fn link(&mut self, index: u32, deadline: Tick) {
+    fn set_pos(&mut self, index: u32, pos: NonZeroU32) {
+        match &mut self.entries[index as usize] {
+            Entry::Occupied(timer) => timer.pos = pos,
+            Entry::Vacant { .. } => unreachable!("filed a vacant entry"),
+        }
+    }
+
+    /// Files entry `index`, due at `deadline`, at the tail of its slot and returns the new
+    /// item's address, which the caller stores in the entry.
+    #[inline]
+    fn file(&mut self, index: u32, deadline: Tick) -> NonZeroU32 {
+        if self.pool.exhausted() {
+            self.compact_all();
+        }
         let level = level_for(self.elapsed, deadline);
         let slot = slot_for(deadline, level);
+        // The slot's start: the deadline without its digits below `level`.
+        self.horizon = self
+            .horizon
+            .min(deadline & (u64::MAX << (level as u32 * BITS_PER_LEVEL)));
         let lvl = &mut self.levels[level];
-        let bit = 1u64 << slot;
-        let tail = lvl.lists[slot].tail;
-        if tail == NIL {
-            lvl.lists[slot] = List {
-                head: index,
-                tail: index,
-            };
-            lvl.occupied |= bit;
-            lvl.unsorted &= !bit;
-            lvl.stale &= !bit;
-            lvl.scanned &= !bit;
+        let chain = &mut lvl.chains[slot];
+        if chain.live == 0 {
+            lvl.occupied.set(slot);
+            lvl.unsorted.clear(slot);
+            lvl.stale.clear(slot);
+            lvl.scanned.clear(slot);
             lvl.min[slot] = deadline;
+            lvl.last[slot] = deadline;
             self.nonempty |= 1 << level;
-            let node = self.entries[index as usize].node_mut();
-            node.prev = NIL;
-            node.next = NIL;
-            return;
+        } else {
+            if deadline <= lvl.min[slot] {
+                // Below every deadline in the slot, even if `min` was only a lower bound.
+                lvl.min[slot] = deadline;
+                lvl.stale.clear(slot);
+            }
+            if deadline < lvl.last[slot] {
+                lvl.unsorted.set(slot);
+            } else {
+                lvl.last[slot] = deadline;
+            }
         }
-        lvl.lists[slot].tail = index;
-        if deadline <= lvl.min[slot] {
-            // Below every deadline in the slot, even if `min` was only a lower bound.
-            lvl.min[slot] = deadline;
-            lvl.stale &= !bit;
-        }
-        let tail_node = self.entries[tail as usize].node_mut();
-        tail_node.next = index;
-        if deadline < tail_node.deadline {
-            lvl.unsorted |= bit;
-        }
-        let node = self.entries[index as usize].node_mut();
-        node.prev = tail;
-        node.next = NIL;
+        chain.live += 1;
+        chain.items += 1;
+        self.pool.push(chain, index)
     }
 
-    /// Takes entry `index` (whose effective deadline is `deadline`) out of its slot's list.
+    /// Counts a timer of `deadline` out of its slot: its entry has already been vacated or
+    /// pointed elsewhere, so its item there is garbage now. Frees the slot if that was its
+    /// last live timer, and compacts it if garbage outgrows the bound.
     #[inline]
-    fn unlink(&mut self, index: u32, deadline: Tick) {
+    fn unfile(&mut self, deadline: Tick) {
         let level = level_for(self.elapsed, deadline);
         let slot = slot_for(deadline, level);
-        let (prev, next) = {
-            let node = self.entries[index as usize].node();
-            (node.prev, node.next)
-        };
         let lvl = &mut self.levels[level];
-        if prev == NIL {
-            lvl.lists[slot].head = next;
-        } else {
-            self.entries[prev as usize].node_mut().next = next;
-        }
-        let next_deadline = if next == NIL {
-            lvl.lists[slot].tail = prev;
-            0
-        } else {
-            let node = self.entries[next as usize].node_mut();
-            node.prev = prev;
-            node.deadline
-        };
-        if lvl.lists[slot].head == NIL {
+        let chain = &mut lvl.chains[slot];
+        chain.live -= 1;
+        if chain.live == 0 {
+            self.pool.free_chain(chain);
             lvl.set_empty(slot);
-            if lvl.occupied == 0 {
+            if lvl.occupied.is_empty() {
                 self.nonempty &= !(1 << level);
             }
             return;
         }
-        let bit = 1u64 << slot;
-        if deadline == lvl.min[slot] && lvl.stale & bit == 0 {
-            if lvl.unsorted & bit != 0 {
-                lvl.stale |= bit;
-            } else if prev == NIL {
-                // Sorted list: the new head holds the minimum.
-                lvl.min[slot] = next_deadline;
-            }
+        if deadline == lvl.min[slot] {
+            lvl.stale.set(slot);
+        }
+        if over_garbage_bound(chain.live, chain.garbage()) {
+            self.compact(level, slot);
         }
     }
 
-    /// Hands out the head of level-0 slot `slot` (its tick is the clock).
+    /// Hands out the first live timer of level-0 slot `slot` (its tick is the clock),
+    /// dropping the garbage before it.
     fn pop_front(&mut self, slot: usize) -> (TimerKey, T) {
-        let index = self.levels[0].lists[slot].head;
-        debug_assert_ne!(index, NIL);
-        let entry = &self.entries[index as usize];
-        let gen = entry.gen();
-        let deadline = entry.node().deadline;
-        debug_assert_eq!(deadline, self.elapsed, "fired off its tick");
-        self.unlink(index, deadline);
-        let vacant = Entry::Vacant {
-            gen: gen.wrapping_add(1),
-            next_free: self.free,
-        };
-        let old = mem::replace(&mut self.entries[index as usize], vacant);
-        self.free = index;
-        self.len -= 1;
-        self.repair_front();
-        match old {
-            Entry::Occupied { node, .. } => (TimerKey { index, gen }, node.value),
-            Entry::Vacant { .. } => unreachable!("list head is vacant"),
+        loop {
+            let chain = &mut self.levels[0].chains[slot];
+            let (chunk, word) = (chain.head, chain.start);
+            let index = self.pool.item(chunk, word);
+            chain.items -= 1;
+            chain.start += 1;
+            if chain.start == WORDS && chunk != chain.tail {
+                chain.head = self.pool.next(chunk);
+                chain.start = 1;
+                self.pool.free_one(chunk);
+            }
+            if at(&self.entries, index, addr(chunk, word)).is_none() {
+                continue; // garbage
+            }
+            let vacant = Entry::Vacant {
+                gen: self.entries[index as usize].gen().wrapping_add(1),
+                next_free: self.free,
+            };
+            let Entry::Occupied(timer) = mem::replace(&mut self.entries[index as usize], vacant)
+            else {
+                unreachable!("checked live above")
+            };
+            debug_assert_eq!(timer.deadline, self.elapsed, "fired off its tick");
+            self.free = index;
+            self.len -= 1;
+            let lvl = &mut self.levels[0];
+            let chain = &mut lvl.chains[slot];
+            chain.live -= 1;
+            if chain.live == 0 {
+                self.pool.free_chain(chain);
+                lvl.set_empty(slot);
+                if lvl.occupied.is_empty() {
+                    self.nonempty &= !1;
+                }
+            }
+            self.repair_front();
+            let key = TimerKey {
+                index,
+                gen: timer.gen,
+            };
+            return (key, timer.value);
         }
     }
 
-    /// Moves every timer of `slot` at `level` (whose start the clock has reached) down to the
-    /// level its deadline now belongs to, keeping their order.
+    /// Moves every live timer of `slot` at `level` (whose start the clock has reached) down
+    /// to the level its deadline now belongs to, keeping their order. Reads the slot's
+    /// chunks front to back and frees each one once read, so the slots below are filled
+    /// from the lines just freed.
     fn cascade(&mut self, level: usize, slot: usize) {
         let lvl = &mut self.levels[level];
-        let mut index = lvl.lists[slot].head;
+        let chain = lvl.chains[slot];
         lvl.set_empty(slot);
-        if lvl.occupied == 0 {
+        if lvl.occupied.is_empty() {
             self.nonempty &= !(1 << level);
         }
-        while index != NIL {
-            let node = self.entries[index as usize].node();
-            let (next, deadline) = (node.next, node.deadline);
-            debug_assert!(level_for(self.elapsed, deadline) < level);
-            self.link(index, deadline);
-            index = next;
+        let (mut chunk, mut word) = (chain.head, chain.start);
+        loop {
+            let last = chunk == chain.tail;
+            let end = if last { chain.end } else { WORDS };
+            // Copy the line and free it at once: the slots below refill it while it is hot.
+            let words = self.pool.chunks[chunk as usize].0;
+            self.pool.free_one(chunk);
+            // Two passes: first read every entry of the line (independent loads, so their
+            // cache misses overlap instead of waiting for each `file` in turn), then re-file
+            // the live ones.
+            let mut deadlines = [0; WORDS as usize];
+            let live = gather_live(&self.entries, &words, chunk, word, end, &mut deadlines);
+            for word in word..end {
+                if live & (1 << word) != 0 {
+                    let deadline = deadlines[(word & (WORDS - 1)) as usize];
+                    debug_assert!(level_for(self.elapsed, deadline) < level);
+                    let index = words[(word & (WORDS - 1)) as usize];
+                    let pos = self.file(index, deadline);
+                    self.set_pos(index, pos);
+                }
+            }
+            if last {
+                break;
+            }
+            chunk = words[0];
+            word = 1;
         }
     }
 
@@ -623,10 +719,9 @@ impl<T> Wheel<T> {
     /// level 0 and its minimum went stale, repair it. Called after every operation that can
     /// remove a slot's minimum or change which slot is earliest.
     ///
-    /// The first repair of a slot is a scan for its minimum (O(k), the list stays as it is);
-    /// a second one before the slot empties sorts it (O(k log k)), after which removing its
-    /// minimums in order is O(1). A slot whose timers are cancelled at random pays one scan
-    /// at most; one whose timers are cancelled in deadline order pays one sort.
+    /// A sorted slot drops the garbage at its head (amortised O(1)). An unsorted slot is
+    /// scanned the first time (O(k), compacting it on the way) and sorted the second time
+    /// (O(k log k)), after which removing its minimums in order is O(1).
     #[inline]
     fn repair_front(&mut self) {
         if self.nonempty & 1 != 0 {
@@ -635,117 +730,237 @@ impl<T> Wheel<T> {
         let Some((level, slot)) = self.front() else {
             return;
         };
-        let bit = 1u64 << slot;
         let lvl = &self.levels[level];
-        if lvl.stale & bit == 0 {
+        if !lvl.stale.get(slot) {
             return;
         }
-        if lvl.scanned & bit == 0 {
-            self.scan_slot(level, slot);
+        if !lvl.unsorted.get(slot) {
+            self.skip_head_garbage(level, slot);
+        } else if !lvl.scanned.get(slot) {
+            self.compact(level, slot);
+            self.levels[level].scanned.set(slot);
         } else {
             self.sort_slot(level, slot);
         }
     }
 
-    /// Recomputes the exact minimum of `slot` at `level` by walking its list.
+    /// In a sorted slot, drops the garbage before the first live item, whose deadline is
+    /// then the slot's exact minimum.
     #[cold]
-    fn scan_slot(&mut self, level: usize, slot: usize) {
-        let mut index = self.levels[level].lists[slot].head;
-        let mut min = Tick::MAX;
-        while index != NIL {
-            let node = self.entries[index as usize].node();
-            min = min.min(node.deadline);
-            index = node.next;
-        }
+    fn skip_head_garbage(&mut self, level: usize, slot: usize) {
         let lvl = &mut self.levels[level];
-        lvl.min[slot] = min;
-        lvl.stale &= !(1u64 << slot);
-        lvl.scanned |= 1u64 << slot;
+        let chain = &mut lvl.chains[slot];
+        loop {
+            let (chunk, word) = (chain.head, chain.start);
+            let index = self.pool.item(chunk, word);
+            if let Some(timer) = at(&self.entries, index, addr(chunk, word)) {
+                lvl.min[slot] = timer.deadline;
+                lvl.stale.clear(slot);
+                return;
+            }
+            chain.items -= 1;
+            chain.start += 1;
+            if chain.start == WORDS {
+                debug_assert_ne!(
+                    chunk, chain.tail,
+                    "a slot with live timers ran out of items"
+                );
+                chain.head = self.pool.next(chunk);
+                chain.start = 1;
+                self.pool.free_one(chunk);
+            }
+        }
     }
 
-    /// Stable-sorts the list of `slot` at `level` by deadline and makes its minimum exact.
-    ///
-    /// A bottom-up merge sort of the linked list itself (Simon Tatham's): O(k log k), stable,
-    /// and no memory beyond the list, so a repair never allocates.
+    /// Drops the garbage of `slot` at `level`, keeping the order of its live items, frees
+    /// the chunks no longer needed, and makes the slot's minimum exact.
+    #[cold]
+    fn compact(&mut self, level: usize, slot: usize) {
+        let chain = self.levels[level].chains[slot];
+        let entries = &mut self.entries[..];
+        let chunks = &mut self.pool.chunks[..];
+        let (mut read_chunk, mut read_word) = (chain.head, chain.start);
+        let (mut write_chunk, mut write_word) = (chain.head, chain.start);
+        let mut min = Tick::MAX;
+        let mut kept = 0;
+        loop {
+            let last = read_chunk == chain.tail;
+            let end = if last { chain.end } else { WORDS };
+            // A copy of the line: the writes below may land in it, but never ahead of the
+            // read position and never on its link (word 0).
+            let words = chunks[read_chunk as usize].0;
+            // First every entry of the line (independent loads that overlap), then the moves.
+            let mut deadlines = [0; WORDS as usize];
+            let live = gather_live(entries, &words, read_chunk, read_word, end, &mut deadlines);
+            for word in read_word..end {
+                if live & (1 << word) == 0 {
+                    continue; // garbage
+                }
+                let w = (word & (WORDS - 1)) as usize;
+                let index = words[w];
+                let Some(Entry::Occupied(timer)) = entries.get_mut(index as usize) else {
+                    unreachable!("gathered as live")
+                };
+                min = min.min(deadlines[w]);
+                if write_word == WORDS {
+                    write_chunk = chunks[write_chunk as usize].0[0];
+                    write_word = 1;
+                }
+                // `& (WORDS - 1)`: the word is below WORDS here; the mask drops a bounds check.
+                chunks[write_chunk as usize].0[(write_word & (WORDS - 1)) as usize] = index;
+                timer.pos = nonzero(addr(write_chunk, write_word));
+                write_word += 1;
+                kept += 1;
+            }
+            if last {
+                break;
+            }
+            read_chunk = words[0];
+            read_word = 1;
+        }
+        debug_assert_eq!(kept, chain.live, "live count out of step");
+        if write_chunk != chain.tail {
+            let first_spare = self.pool.next(write_chunk);
+            self.pool.free_run(first_spare, chain.tail);
+        }
+        let lvl = &mut self.levels[level];
+        lvl.chains[slot] = Chain {
+            tail: write_chunk,
+            end: write_word,
+            items: kept,
+            ..chain
+        };
+        lvl.min[slot] = min;
+        lvl.stale.clear(slot);
+    }
+
+    /// Stable-sorts the live items of `slot` at `level` by deadline (dropping its garbage)
+    /// and makes its minimum exact. The buffer of indices it sorts is reserved by
+    /// [`reserve`](Self::reserve) and kept between calls, so a wheel with room for its
+    /// timers does not allocate here either.
     #[cold]
     fn sort_slot(&mut self, level: usize, slot: usize) {
-        let mut list = self.levels[level].lists[slot].head;
-        let mut run = 1usize;
-        let tail = loop {
-            let mut p = list;
-            list = NIL;
-            let mut tail = NIL;
-            let mut merges = 0;
-            while p != NIL {
-                merges += 1;
-                // Run `p` has up to `run` entries; run `q` starts right after it.
-                let mut q = p;
-                let mut p_len = 0;
-                while p_len < run && q != NIL {
-                    p_len += 1;
-                    q = self.entries[q as usize].node().next;
+        self.compact(level, slot);
+        let chain = self.levels[level].chains[slot];
+        let mut scratch = mem::take(&mut self.scratch);
+        scratch.clear();
+        let (mut chunk, mut word) = (chain.head, chain.start);
+        loop {
+            let last = chunk == chain.tail;
+            let end = if last { chain.end } else { WORDS };
+            while word < end {
+                let index = self.pool.item(chunk, word);
+                // Compacted above: every item is live. Its position is rewritten below, so
+                // it holds the item's rank for now: the tie-break that keeps filing order.
+                if let Entry::Occupied(timer) = &mut self.entries[index as usize] {
+                    timer.pos = nonzero(scratch.len() as u32 + 1);
                 }
-                let mut q_len = run;
-                while p_len > 0 || (q_len > 0 && q != NIL) {
-                    let take_p = if p_len == 0 {
-                        false
-                    } else if q_len == 0 || q == NIL {
-                        true
-                    } else {
-                        // `<=`: on equal deadlines the earlier run goes first (stability).
-                        self.entries[p as usize].node().deadline
-                            <= self.entries[q as usize].node().deadline
-                    };
-                    let e = if take_p {
-                        let e = p;
-                        p = self.entries[p as usize].node().next;
-                        p_len -= 1;
-                        e
-                    } else {
-                        let e = q;
-                        q = self.entries[q as usize].node().next;
-                        q_len -= 1;
-                        e
-                    };
-                    if tail == NIL {
-                        list = e;
-                    } else {
-                        self.entries[tail as usize].node_mut().next = e;
-                    }
-                    tail = e;
-                }
-                p = q;
+                scratch.push(index);
+                word += 1;
             }
-            self.entries[tail as usize].node_mut().next = NIL;
-            if merges <= 1 {
-                break tail;
+            if last {
+                break;
             }
-            run *= 2;
-        };
-        // Restore the back links.
-        let mut prev = NIL;
-        let mut index = list;
-        while index != NIL {
-            let node = self.entries[index as usize].node_mut();
-            node.prev = prev;
-            prev = index;
-            index = node.next;
+            chunk = self.pool.next(chunk);
+            word = 1;
         }
-        let min = self.entries[list as usize].node().deadline;
+        let entries = &self.entries;
+        scratch.sort_unstable_by_key(|&index| match &entries[index as usize] {
+            Entry::Occupied(timer) => (timer.deadline, timer.pos.get()),
+            Entry::Vacant { .. } => (Tick::MAX, u32::MAX),
+        });
+        let (mut chunk, mut word) = (chain.head, chain.start);
+        let (mut min, mut max) = (Tick::MAX, 0);
+        for &index in &scratch {
+            if word == WORDS {
+                chunk = self.pool.next(chunk);
+                word = 1;
+            }
+            self.pool.set_item(chunk, word, index);
+            if let Entry::Occupied(timer) = &mut self.entries[index as usize] {
+                timer.pos = nonzero(addr(chunk, word));
+                min = min.min(timer.deadline);
+                max = max.max(timer.deadline);
+            }
+            word += 1;
+        }
+        scratch.clear();
+        self.scratch = scratch;
         let lvl = &mut self.levels[level];
-        lvl.lists[slot] = List { head: list, tail };
         lvl.min[slot] = min;
-        let bit = !(1u64 << slot);
-        lvl.stale &= bit;
-        lvl.unsorted &= bit;
-        lvl.scanned &= bit;
+        lvl.last[slot] = max;
+        lvl.stale.clear(slot);
+        lvl.unsorted.clear(slot);
+        lvl.scanned.clear(slot);
     }
 
-    /// Empties the lists and makes sure no key issued so far can name an entry pushed later.
+    /// Compacts every slot. Called when the pool may not grow: afterwards it holds only
+    /// live items: at most `MAX_TIMERS / 15` chunks plus two per slot (and, during a cascade,
+    /// the chunks of the slot being cascaded, at most 2.5 items per live timer), far below
+    /// `MAX_CHUNKS`.
+    #[cold]
+    fn compact_all(&mut self) {
+        for level in 0..NUM_LEVELS {
+            for slot in 0..SLOTS {
+                if self.levels[level].occupied.get(slot) {
+                    self.compact(level, slot);
+                }
+            }
+        }
+    }
+
+    /// Repacks every slot into a new pool of exactly the chunks it needs (no garbage).
+    fn rebuild_pool(&mut self) {
+        // Drop the garbage first, in place: once items move to the new pool, an old garbage
+        // item's address could equal a moved timer's new position.
+        self.compact_all();
+        let old = mem::replace(&mut self.pool, Pool::new());
+        let chunks: usize = self
+            .levels
+            .iter()
+            .flat_map(|lvl| lvl.chains.iter())
+            .map(|chain| (chain.live as usize).div_ceil(ITEMS as usize))
+            .sum();
+        self.pool.chunks.reserve_exact(chunks);
+        for level in 0..NUM_LEVELS {
+            for slot in 0..SLOTS {
+                let chain = self.levels[level].chains[slot];
+                if chain.live == 0 {
+                    continue;
+                }
+                let mut fresh = Chain::EMPTY;
+                let (mut chunk, mut word) = (chain.head, chain.start);
+                loop {
+                    let last = chunk == chain.tail;
+                    let end = if last { chain.end } else { WORDS };
+                    while word < end {
+                        let index = old.item(chunk, word);
+                        match &mut self.entries[index as usize] {
+                            Entry::Occupied(timer) => {
+                                timer.pos = self.pool.push(&mut fresh, index);
+                            }
+                            Entry::Vacant { .. } => unreachable!("garbage left after compaction"),
+                        }
+                        word += 1;
+                    }
+                    if last {
+                        break;
+                    }
+                    chunk = old.next(chunk);
+                    word = 1;
+                }
+                fresh.live = chain.live;
+                fresh.items = chain.live;
+                self.levels[level].chains[slot] = fresh;
+            }
+        }
+    }
+
+    /// Empties the slots and makes sure no key issued so far can name an entry pushed later.
     fn retire_entries(&mut self) {
         for entry in &self.entries {
             let next_gen = match entry {
-                Entry::Occupied { gen, .. } => gen.wrapping_add(1),
+                Entry::Occupied(timer) => timer.gen.wrapping_add(1),
                 Entry::Vacant { gen, .. } => *gen,
             };
             self.fresh_gen = newer(self.fresh_gen, next_gen);
@@ -753,9 +968,43 @@ impl<T> Wheel<T> {
         for level in self.levels.iter_mut() {
             level.clear();
         }
+        self.pool.clear();
         self.nonempty = 0;
+        self.horizon = Tick::MAX;
         self.free = NIL;
         self.len = 0;
+    }
+}
+
+/// For words `from..to` of the chunk `chunk` (copied into `words`): a mask with bit `w` set
+/// for each live item, whose deadline goes to `out[w]`. The loads do not depend on each
+/// other, so the CPU overlaps their cache misses.
+#[inline]
+fn gather_live<T>(
+    entries: &[Entry<T>],
+    words: &[u32; WORDS as usize],
+    chunk: u32,
+    from: u32,
+    to: u32,
+    out: &mut [Tick; WORDS as usize],
+) -> u32 {
+    let mut live = 0;
+    for word in from..to {
+        let w = (word & (WORDS - 1)) as usize;
+        if let Some(timer) = at(entries, words[w], addr(chunk, word)) {
+            out[w] = timer.deadline;
+            live |= 1 << w;
+        }
+    }
+    live
+}
+
+/// An item address or rank as a position (never 0: word 0 of a chunk is its link).
+#[inline]
+fn nonzero(pos: u32) -> NonZeroU32 {
+    match NonZeroU32::new(pos) {
+        Some(pos) => pos,
+        None => unreachable!("an item address is never 0"),
     }
 }
 
@@ -820,13 +1069,13 @@ impl<'a, T> Iterator for Iter<'a, T> {
     type Item = (TimerKey, Tick, &'a T);
     fn next(&mut self) -> Option<Self::Item> {
         for (index, entry) in self.entries.by_ref() {
-            if let Entry::Occupied { gen, node } = entry {
+            if let Entry::Occupied(timer) = entry {
                 self.left -= 1;
                 let key = TimerKey {
                     index: index as u32,
-                    gen: *gen,
+                    gen: timer.gen,
                 };
-                return Some((key, node.deadline, &node.value));
+                return Some((key, timer.deadline, &timer.value));
             }
         }
         None
@@ -848,13 +1097,13 @@ impl<'a, T> Iterator for IterMut<'a, T> {
     type Item = (TimerKey, Tick, &'a mut T);
     fn next(&mut self) -> Option<Self::Item> {
         for (index, entry) in self.entries.by_ref() {
-            if let Entry::Occupied { gen, node } = entry {
+            if let Entry::Occupied(timer) = entry {
                 self.left -= 1;
                 let key = TimerKey {
                     index: index as u32,
-                    gen: *gen,
+                    gen: timer.gen,
                 };
-                return Some((key, node.deadline, &mut node.value));
+                return Some((key, timer.deadline, &mut timer.value));
             }
         }
         None
@@ -879,12 +1128,12 @@ impl<T> Iterator for Drain<'_, T> {
     type Item = (TimerKey, Tick, T);
     fn next(&mut self) -> Option<Self::Item> {
         for (index, entry) in self.entries.by_ref() {
-            if let Entry::Occupied { gen, node } = entry {
+            if let Entry::Occupied(timer) = entry {
                 let key = TimerKey {
                     index: index as u32,
-                    gen,
+                    gen: timer.gen,
                 };
-                return Some((key, node.deadline, node.value));
+                return Some((key, timer.deadline, timer.value));
             }
         }
         None

@@ -225,3 +225,105 @@ fn cancelling_earliest_of_an_unsorted_slot_stays_exact() {
         assert!(wheel.remove(key).is_some());
     }
 }
+
+/// A long random run against a `BTreeMap` model, shaped to stress what the lazy layout adds:
+/// thousands of timers crowded into a few slots (so cancels pile up garbage and trigger
+/// compactions), cancels in deadline order (head skips and sorts of the front slot), resets,
+/// and polls that cascade crowded slots. Every poll, `next_deadline` and `len` must agree.
+#[test]
+fn crowded_slots_with_garbage_match_a_model() {
+    use std::collections::{BTreeMap, HashMap};
+
+    let mut state = 0x5EED_u64;
+    let mut rand = move |n: u64| {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((u128::from(z ^ (z >> 31)) * u128::from(n)) >> 64) as u64
+    };
+    let mut wheel: Wheel<u64> = Wheel::new();
+    let mut model: BTreeMap<(u64, u64), u64> = BTreeMap::new();
+    let mut live: HashMap<u64, ((u64, u64), TimerKey)> = HashMap::new();
+    let mut order: Vec<u64> = Vec::new(); // values, for picking victims
+    let (mut seq, mut next_value) = (0u64, 0u64);
+    for step in 0..300_000u64 {
+        let now = wheel.now();
+        match rand(100) {
+            0..=44 => {
+                // Crowd a few slots: one level-1 slot, one level-2 slot, or anywhere near.
+                let deadline = match rand(3) {
+                    0 => now + 300 + rand(200),
+                    1 => now + 70_000 + rand(3_000),
+                    _ => now + rand(5_000_000),
+                };
+                let value = next_value;
+                next_value += 1;
+                let key = wheel.insert(deadline, value);
+                let slot = (deadline.max(now), seq);
+                seq += 1;
+                model.insert(slot, value);
+                live.insert(value, (slot, key));
+                order.push(value);
+            }
+            45..=79 if !order.is_empty() => {
+                // Cancel: mostly random, sometimes the earliest (in deadline order).
+                let value = if rand(4) == 0 {
+                    match model.first_key_value() {
+                        Some((_, &v)) => v,
+                        None => continue,
+                    }
+                } else {
+                    order.swap_remove(rand(order.len() as u64) as usize)
+                };
+                match live.remove(&value) {
+                    Some((slot, key)) => {
+                        model.remove(&slot);
+                        assert_eq!(wheel.remove(key), Some(value), "step {step}");
+                        assert_eq!(wheel.remove(key), None, "step {step}: removed twice");
+                    }
+                    None => continue,
+                }
+            }
+            80..=87 if !order.is_empty() => {
+                let value = order[rand(order.len() as u64) as usize];
+                if let Some((slot, key)) = live.get(&value).copied() {
+                    let deadline = now + rand(80_000);
+                    assert!(wheel.reset(key, deadline), "step {step}");
+                    model.remove(&slot);
+                    let slot = (deadline.max(now), seq);
+                    seq += 1;
+                    model.insert(slot, value);
+                    live.insert(value, (slot, key));
+                }
+            }
+            _ => {
+                let to = now + rand(400);
+                while let Some((_, value)) = wheel.poll(to) {
+                    let (&(deadline, s), &expected) =
+                        model.first_key_value().expect("wheel fired, model empty");
+                    assert_eq!(value, expected, "step {step}: fired out of order");
+                    assert_eq!(wheel.now(), deadline, "step {step}");
+                    assert!(deadline <= to, "step {step}: fired early");
+                    model.remove(&(deadline, s));
+                    live.remove(&value);
+                }
+                if let Some((&(deadline, _), _)) = model.first_key_value() {
+                    assert!(
+                        deadline > to,
+                        "step {step}: {deadline} due at {to} not fired"
+                    );
+                }
+            }
+        }
+        assert_eq!(wheel.len(), model.len(), "step {step}");
+        assert_eq!(
+            wheel.next_deadline(),
+            model.first_key_value().map(|(&(d, _), _)| d),
+            "step {step}"
+        );
+        if order.len() > 4 * model.len() + 64 {
+            order.retain(|v| live.contains_key(v));
+        }
+    }
+}

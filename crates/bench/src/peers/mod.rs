@@ -4,12 +4,14 @@
 
 mod btree;
 mod delay_queue;
+mod hashed;
 mod heap;
 mod nexus;
 mod tickwheel;
 
 pub(crate) use btree::BTreeTimer;
 pub(crate) use delay_queue::{advance_cost_ns, DelayQueueTimer};
+pub(crate) use hashed::HashedWheelTimer;
 pub(crate) use heap::HeapTimer;
 pub(crate) use nexus::NexusTimer;
 pub(crate) use tickwheel::TickwheelTimer;
@@ -72,12 +74,15 @@ pub(crate) enum Peer {
     Nexus,
     /// `tokio_util::time::DelayQueue<u64>`.
     DelayQueue,
+    /// A single hashed wheel, 512 one-tick slots with rounds (Netty's shape, written here).
+    Hashed,
 }
 
 impl Peer {
-    pub(crate) const ALL: [Peer; 5] = [
+    pub(crate) const ALL: [Peer; 6] = [
         Peer::Tickwheel,
         Peer::Heap,
+        Peer::Hashed,
         Peer::Nexus,
         Peer::DelayQueue,
         Peer::Btree,
@@ -90,6 +95,7 @@ impl Peer {
             Peer::Btree => BTreeTimer::NAME,
             Peer::Nexus => NexusTimer::NAME,
             Peer::DelayQueue => DelayQueueTimer::NAME,
+            Peer::Hashed => HashedWheelTimer::NAME,
         }
     }
 
@@ -101,6 +107,7 @@ impl Peer {
             Peer::Btree => "btree",
             Peer::Nexus => "nexus",
             Peer::DelayQueue => "delay-queue",
+            Peer::Hashed => "hashed",
         }
     }
 
@@ -111,6 +118,7 @@ impl Peer {
             Peer::Btree => BTreeTimer::PEEK,
             Peer::Nexus => NexusTimer::PEEK,
             Peer::DelayQueue => DelayQueueTimer::PEEK,
+            Peer::Hashed => HashedWheelTimer::PEEK,
         }
     }
 }
@@ -124,6 +132,7 @@ macro_rules! dispatch {
             $crate::peers::Peer::Btree => $f::<$crate::peers::BTreeTimer>($($arg),*),
             $crate::peers::Peer::Nexus => $f::<$crate::peers::NexusTimer>($($arg),*),
             $crate::peers::Peer::DelayQueue => $f::<$crate::peers::DelayQueueTimer>($($arg),*),
+            $crate::peers::Peer::Hashed => $f::<$crate::peers::HashedWheelTimer>($($arg),*),
         }
     };
 }

@@ -113,6 +113,7 @@ pub(crate) fn run<I: TimerImpl>(p: &ChurnParams) -> Checked<RunResult> {
         value: timed.as_nanos() as f64 / p.ops as f64,
         wall_secs: wall.elapsed().as_secs_f64(),
         timed_secs: timed.as_secs_f64(),
+        ops: p.ops,
         note,
     })
 }

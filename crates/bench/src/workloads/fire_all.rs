@@ -77,6 +77,7 @@ pub(crate) fn run<I: TimerImpl>(p: &FireAllParams) -> Checked<RunResult> {
         value: timed.as_nanos() as f64 / p.n as f64,
         wall_secs: wall.elapsed().as_secs_f64(),
         timed_secs: timed.as_secs_f64(),
+        ops: p.n as u64,
         note,
     })
 }

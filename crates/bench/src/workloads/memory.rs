@@ -84,6 +84,7 @@ pub(crate) fn run_in_child(peer: Peer, p: &ChurnParams) -> Checked<RunResult> {
             value,
             wall_secs: start.elapsed().as_secs_f64(),
             timed_secs: 0.0,
+            ops: 0,
             note: String::new(),
         }),
         None => check_failed!("memory child for {}: no result in {stdout:?}", peer.name()),

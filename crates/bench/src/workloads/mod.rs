@@ -2,6 +2,7 @@
 //! returning one timed run, already verified.
 
 pub(crate) mod churn;
+pub(crate) mod far_mix;
 pub(crate) mod fire_all;
 pub(crate) mod memory;
 
@@ -14,6 +15,8 @@ pub(crate) struct RunResult {
     pub(crate) wall_secs: f64,
     /// The timed part of `wall_secs`.
     pub(crate) timed_secs: f64,
+    /// Ops (or timers) the value is divided by.
+    pub(crate) ops: u64,
     /// Remarks worth printing under the table (lateness, empty jumps, ...).
     pub(crate) note: String,
 }
