@@ -26,7 +26,18 @@ fn model<F: Fn() + Sync + Send + 'static>(f: F) {
         if builder.preemption_bound.is_none() {
             builder.preemption_bound = Some(2);
         }
-        builder.check(f);
+        // A wheel's slot tables are ~80 KiB and are built in place on the model's stack;
+        // loom's coroutines get 32 KiB by default, so run the body on a thread with room.
+        let f = Arc::new(f);
+        builder.check(move || {
+            let f = Arc::clone(&f);
+            thread::Builder::new()
+                .stack_size(1 << 20)
+                .spawn(move || f())
+                .expect("spawn the model's body")
+                .join()
+                .expect("the model's body panicked");
+        });
     }
     #[cfg(not(loom))]
     f();
