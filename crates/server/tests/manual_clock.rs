@@ -16,6 +16,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod util;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -23,10 +25,9 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use tickwheel_server::{Clock, Config, Listener, ManualClock, Server};
 use tickwheel_store::Durability;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use util::Client;
 
 /// Where the tests' time of day starts: 2023-11-14 22:13:20 UTC, a whole second.
 const START: Duration = Duration::from_secs(1_700_000_000);
@@ -84,118 +85,12 @@ impl Running {
     }
 
     async fn client(&self) -> Client {
-        let stream = TcpStream::connect(self.addr).await.unwrap();
-        stream.set_nodelay(true).unwrap();
-        Client {
-            stream: BufReader::new(stream),
-        }
+        Client::connect(self.addr).await
     }
 
     async fn shutdown(self) {
         self.stop.cancel();
         self.task.await.unwrap();
-    }
-}
-
-/// One connection speaking the protocol line by line.
-struct Client {
-    stream: BufReader<TcpStream>,
-}
-
-impl Client {
-    async fn send(&mut self, command: &str) {
-        let bytes = format!("{command}\r\n");
-        self.stream
-            .get_mut()
-            .write_all(bytes.as_bytes())
-            .await
-            .unwrap();
-    }
-
-    /// One reply line, without its CRLF.
-    async fn line(&mut self) -> String {
-        let mut line = Vec::new();
-        self.stream.read_until(b'\n', &mut line).await.unwrap();
-        assert!(
-            line.ends_with(b"\r\n"),
-            "reply not CRLF-terminated: {line:?}"
-        );
-        line.truncate(line.len() - 2);
-        String::from_utf8(line).unwrap()
-    }
-
-    async fn cmd(&mut self, command: &str) -> String {
-        self.send(command).await;
-        self.line().await
-    }
-
-    async fn body(&mut self, len: usize) -> Vec<u8> {
-        let mut body = vec![0; len + 2];
-        self.stream.read_exact(&mut body).await.unwrap();
-        assert_eq!(&body[len..], b"\r\n");
-        body.truncate(len);
-        body
-    }
-
-    /// Puts `body` and returns its id.
-    async fn put(&mut self, delay: u32, ttr: u32, body: &str) -> u64 {
-        let reply = self
-            .cmd(&format!("put 0 {delay} {ttr} {}\r\n{body}", body.len()))
-            .await;
-        reply
-            .strip_prefix("INSERTED ")
-            .unwrap_or_else(|| panic!("put: {reply}"))
-            .parse()
-            .unwrap()
-    }
-
-    /// Reads a reply that must be `RESERVED <id> <bytes>` and its body; returns the id.
-    async fn reserved(&mut self) -> u64 {
-        let line = self.line().await;
-        let mut words = line
-            .strip_prefix("RESERVED ")
-            .unwrap_or_else(|| panic!("expected RESERVED, got {line}"))
-            .split(' ');
-        let id = words.next().unwrap().parse().unwrap();
-        let len = words.next().unwrap().parse().unwrap();
-        self.body(len).await;
-        id
-    }
-
-    /// An `OK <bytes>` YAML reply, as `key: value` pairs.
-    async fn yaml(&mut self, command: &str) -> Vec<(String, String)> {
-        let line = self.cmd(command).await;
-        let len = line
-            .strip_prefix("OK ")
-            .unwrap_or_else(|| panic!("{command}: {line}"))
-            .parse()
-            .unwrap();
-        let body = String::from_utf8(self.body(len).await).unwrap();
-        body.lines()
-            .skip(1) // "---"
-            .map(|l| {
-                let (k, v) = l.split_once(": ").unwrap();
-                (k.to_string(), v.to_string())
-            })
-            .collect()
-    }
-
-    /// One field of a YAML reply.
-    async fn field(&mut self, command: &str, key: &str) -> String {
-        self.yaml(command)
-            .await
-            .into_iter()
-            .find(|(k, _)| k == key)
-            .unwrap_or_else(|| panic!("{command} has no {key}"))
-            .1
-    }
-
-    /// Returns once `waiting` clients are blocked in `reserve` (polling `stats` over the
-    /// socket: each round trip lets the server run; nothing sleeps).
-    async fn until_waiting(&mut self, waiting: usize) {
-        while self.field("stats", "current-waiting").await != waiting.to_string() {
-            tokio::task::yield_now().await;
-        }
     }
 }
 
@@ -207,9 +102,9 @@ async fn a_delay_ends_exactly_on_time() {
     let server = Running::start(&time, None).await;
     let mut producer = server.client().await;
     let mut worker = server.client().await;
-    worker.send("reserve").await;
+    worker.send_line("reserve").await;
     producer.until_waiting(1).await;
-    let id = producer.put(10, 60, "later").await;
+    let id = producer.put(0, 10, 60, "later").await;
 
     time.at(ms(9_999));
     let stats_job = format!("stats-job {id}");
@@ -230,11 +125,11 @@ async fn an_earlier_deadline_wakes_the_sleeping_driver() {
     let server = Running::start(&time, None).await;
     let mut c = server.client().await;
     let mut worker = server.client().await;
-    worker.send("reserve").await;
+    worker.send_line("reserve").await;
     c.until_waiting(1).await;
-    let late = c.put(100, 60, "late").await;
+    let late = c.put(0, 100, 60, "late").await;
     time.at(ms(1_000));
-    let soon = c.put(10, 60, "soon").await;
+    let soon = c.put(0, 10, 60, "soon").await;
 
     time.at(ms(10_999));
     assert_eq!(
@@ -259,7 +154,7 @@ async fn a_delay_from_mid_millisecond_is_never_early() {
     let time = Time::starting_at(Duration::from_micros(400));
     let server = Running::start(&time, None).await;
     let mut c = server.client().await;
-    let id = c.put(10, 60, "later").await;
+    let id = c.put(0, 10, 60, "later").await;
 
     time.at(Duration::from_micros(9_999_900));
     assert_eq!(c.cmd("reserve-with-timeout 0").await, "TIMED_OUT");
@@ -285,14 +180,14 @@ async fn a_lease_warns_and_ends_on_time() {
     let mut c = server.client().await;
     let mut owner = server.client().await;
     let mut next = server.client().await;
-    let id = c.put(0, 10, "job").await;
+    let id = c.put(0, 0, 10, "job").await;
     assert_eq!(
         owner.cmd("reserve-with-timeout 0").await,
         format!("RESERVED {id} 3")
     );
     owner.body(3).await;
-    owner.send("reserve").await;
-    next.send("reserve").await;
+    owner.send_line("reserve").await;
+    next.send_line("reserve").await;
     c.until_waiting(2).await;
 
     time.at(ms(8_999));
@@ -327,8 +222,8 @@ async fn a_tube_pause_ends_on_time() {
     let mut c = server.client().await;
     let mut worker = server.client().await;
     assert_eq!(c.cmd("pause-tube default 5").await, "PAUSED");
-    let id = c.put(0, 60, "job").await;
-    worker.send("reserve").await;
+    let id = c.put(0, 0, 60, "job").await;
+    worker.send_line("reserve").await;
     c.until_waiting(1).await;
 
     time.at(ms(2_500));
@@ -352,7 +247,7 @@ async fn a_reserve_timeout_ends_on_time() {
     let server = Running::start(&time, None).await;
     let mut c = server.client().await;
     let mut worker = server.client().await;
-    worker.send("reserve-with-timeout 5").await;
+    worker.send_line("reserve-with-timeout 5").await;
     c.until_waiting(1).await;
 
     time.at(ms(4_999));
@@ -371,8 +266,8 @@ async fn stats_time_fields_at_chosen_instants() {
     let time = Time::starting_at(Duration::ZERO);
     let server = Running::start(&time, None).await;
     let mut c = server.client().await;
-    let delayed = c.put(10, 60, "delayed").await;
-    let leased = c.put(0, 20, "leased").await;
+    let delayed = c.put(0, 10, 60, "delayed").await;
+    let leased = c.put(0, 0, 20, "leased").await;
     assert_eq!(
         c.cmd("reserve-with-timeout 0").await,
         format!("RESERVED {leased} 6")
@@ -424,7 +319,7 @@ async fn a_time_of_day_step_back_moves_nothing_back() {
     let time = Time::starting_at(Duration::ZERO);
     let server = Running::start(&time, None).await;
     let mut c = server.client().await;
-    let id = c.put(10, 60, "job").await;
+    let id = c.put(0, 10, 60, "job").await;
     let stats_job = format!("stats-job {id}");
 
     time.at(ms(1_500));
@@ -436,7 +331,7 @@ async fn a_time_of_day_step_back_moves_nothing_back() {
     assert_eq!(c.field(&stats_job, "age").await, "1");
     // A delay given now counts from that reading too: a deadline from the stepped-back time
     // of day would be in the engine's past, and the job ready at once.
-    let second = c.put(10, 60, "second").await;
+    let second = c.put(0, 10, 60, "second").await;
     assert_eq!(
         c.field(&format!("stats-job {second}"), "state").await,
         "delayed"
@@ -471,7 +366,7 @@ async fn a_delay_survives_a_restart_by_the_time_of_day() {
     let dir = tmp.path().join("data");
     let before = Time::starting_at(Duration::ZERO);
     let server = Running::start(&before, Some(&dir)).await;
-    let id = server.client().await.put(60, 60, "job").await;
+    let id = server.client().await.put(0, 60, 60, "job").await;
     server.shutdown().await;
 
     let time = Time::starting_at(ms(30_500));
@@ -479,7 +374,7 @@ async fn a_delay_survives_a_restart_by_the_time_of_day() {
     let mut c = server.client().await;
     let mut worker = server.client().await;
     assert_eq!(c.field(&format!("stats-job {id}"), "time-left").await, "29");
-    worker.send("reserve").await;
+    worker.send_line("reserve").await;
     c.until_waiting(1).await;
 
     time.at(ms(29_499));

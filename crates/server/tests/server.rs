@@ -4,16 +4,17 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod util;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tickwheel_server::{Config, Listener, Server};
 use tickwheel_store::Durability;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use util::Client;
 
 /// Maximum job size used by these tests.
 const MAX_JOB: usize = 1024;
@@ -49,123 +50,6 @@ impl Running {
     async fn shutdown(self) {
         self.stop.cancel();
         self.task.await.unwrap();
-    }
-}
-
-/// One connection speaking the protocol line by line.
-struct Client {
-    stream: BufReader<TcpStream>,
-}
-
-impl Client {
-    async fn connect(addr: SocketAddr) -> Client {
-        let stream = TcpStream::connect(addr).await.unwrap();
-        stream.set_nodelay(true).unwrap();
-        Client {
-            stream: BufReader::new(stream),
-        }
-    }
-
-    async fn send(&mut self, bytes: &[u8]) {
-        self.stream.get_mut().write_all(bytes).await.unwrap();
-    }
-
-    /// One reply line, without its CRLF.
-    async fn line(&mut self) -> String {
-        let mut line = Vec::new();
-        self.stream.read_until(b'\n', &mut line).await.unwrap();
-        assert!(
-            line.ends_with(b"\r\n"),
-            "reply not CRLF-terminated: {line:?}"
-        );
-        line.truncate(line.len() - 2);
-        String::from_utf8(line).unwrap()
-    }
-
-    /// Sends `command` + CRLF and returns the reply line.
-    async fn cmd(&mut self, command: &str) -> String {
-        self.send(format!("{command}\r\n").as_bytes()).await;
-        self.line().await
-    }
-
-    /// Reads a `<bytes>`-long body and its CRLF.
-    async fn body(&mut self, len: usize) -> Vec<u8> {
-        let mut body = vec![0; len + 2];
-        self.stream.read_exact(&mut body).await.unwrap();
-        assert_eq!(&body[len..], b"\r\n");
-        body.truncate(len);
-        body
-    }
-
-    /// Puts `body` and returns its id.
-    async fn put(&mut self, pri: u32, delay: u32, ttr: u32, body: &str) -> u64 {
-        self.send(format!("put {pri} {delay} {ttr} {}\r\n{body}\r\n", body.len()).as_bytes())
-            .await;
-        let reply = self.line().await;
-        reply
-            .strip_prefix("INSERTED ")
-            .unwrap_or_else(|| panic!("put: {reply}"))
-            .parse()
-            .unwrap()
-    }
-
-    /// Sends a command answered by `<WORD> <id> <bytes>` + body (RESERVED, FOUND), or by a
-    /// single line; returns the line and the body.
-    async fn job_cmd(&mut self, command: &str) -> (String, Option<Vec<u8>>) {
-        let line = self.cmd(command).await;
-        let words: Vec<&str> = line.split(' ').collect();
-        if (words[0] == "RESERVED" || words[0] == "FOUND") && words.len() == 3 {
-            let len = words[2].parse().unwrap();
-            let body = self.body(len).await;
-            (line, Some(body))
-        } else {
-            (line, None)
-        }
-    }
-
-    /// Reserves with a timeout and returns `(id, body)`, panicking on anything else.
-    async fn reserve(&mut self, timeout: u32) -> (u64, String) {
-        let (line, body) = self
-            .job_cmd(&format!("reserve-with-timeout {timeout}"))
-            .await;
-        let id = line
-            .strip_prefix("RESERVED ")
-            .unwrap_or_else(|| panic!("reserve: {line}"))
-            .split(' ')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
-        (id, String::from_utf8(body.unwrap()).unwrap())
-    }
-
-    /// An `OK <bytes>` YAML reply, as `key: value` pairs in order.
-    async fn yaml(&mut self, command: &str) -> Vec<(String, String)> {
-        let line = self.cmd(command).await;
-        let len = line
-            .strip_prefix("OK ")
-            .unwrap_or_else(|| panic!("{command}: {line}"))
-            .parse()
-            .unwrap();
-        let body = String::from_utf8(self.body(len).await).unwrap();
-        let mut lines = body.lines();
-        assert_eq!(lines.next(), Some("---"), "{command}: {body}");
-        lines
-            .map(|l| {
-                let (k, v) = l.split_once(": ").or_else(|| l.split_once(' ')).unwrap();
-                (k.to_string(), v.to_string())
-            })
-            .collect()
-    }
-
-    /// One field of `stats-job <id>`.
-    async fn job_field(&mut self, id: u64, key: &str) -> String {
-        let stats = self.yaml(&format!("stats-job {id}")).await;
-        stats
-            .into_iter()
-            .find(|(k, _)| k == key)
-            .unwrap_or_else(|| panic!("stats-job has no {key}"))
-            .1
     }
 }
 
