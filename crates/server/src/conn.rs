@@ -223,6 +223,11 @@ async fn wait_for_job<R: AsyncRead + Unpin>(
 /// Runs one command on the engine (under its lock) and returns the reply and the ticket it
 /// waits for.
 fn execute(shared: &Shared, client: ClientId, command: Command) -> (Ticket, Outcome) {
+    if let Some(bytes) = write_bytes(&command) {
+        if !shared.writable(bytes) {
+            return (Ticket::done(), Outcome::Reply(Reply::InternalError));
+        }
+    }
     let (now, past_the_ms) = shared.clock_reading();
     // Delays from the protocol, in ms, rounded so that the deadline they make is never before
     // the true time plus the delay. (A TTR needs no rounding: the engine ends a lease strictly
@@ -344,6 +349,48 @@ fn run(
             not_found(engine.pause_tube(now, &tube, secs(delay)), Reply::Paused)
         }
         Command::Quit => R(Reply::InternalError), // handled by the reader
+    }
+}
+
+/// For a command that may make durable changes ([`tickwheel_queue::Change`]s), about how many
+/// bytes it writes; `None` for one that never does. The server asks the store whether it
+/// takes that much ([`Shared::writable`]) before the command may touch the engine.
+///
+/// Durable: `put` (the job, and now and then a block of ids), `delete`, `release`, `bury`,
+/// `kick`, `kick-job`, and `reserve-job` (of a delayed or buried job: it becomes ready; it is
+/// checked whatever the job's state, as the state is known only under the engine lock). Not
+/// durable: `reserve` (a reservation is stored as ready, a lease dies with the server), `touch`
+/// and `pause-tube` (leases and pauses are not stored), and every read. An update rewrites the
+/// job's record with its body, which the estimate does not know; the reserve covers that.
+fn write_bytes(command: &Command) -> Option<u64> {
+    /// Keys, index entries and framing of one change, rounded up (as the store's estimate).
+    const SMALL: u64 = 256;
+    match command {
+        Command::Put { body, .. } => Some(SMALL + body.len() as u64),
+        Command::Delete(_)
+        | Command::Release { .. }
+        | Command::Bury { .. }
+        | Command::Kick(_)
+        | Command::KickJob(_)
+        | Command::ReserveJob(_) => Some(SMALL),
+        Command::Use(_)
+        | Command::Reserve
+        | Command::ReserveWithTimeout(_)
+        | Command::Touch(_)
+        | Command::Watch(_)
+        | Command::Ignore(_)
+        | Command::Peek(_)
+        | Command::PeekReady
+        | Command::PeekDelayed
+        | Command::PeekBuried
+        | Command::StatsJob(_)
+        | Command::StatsTube(_)
+        | Command::Stats
+        | Command::ListTubes
+        | Command::ListTubeUsed
+        | Command::ListTubesWatched
+        | Command::PauseTube(..)
+        | Command::Quit => None,
     }
 }
 

@@ -57,6 +57,11 @@ pub struct Config {
     /// Keep in memory only delayed jobs due within this many ms; later ones stay on disk
     /// until their time nears. `None` keeps every job in memory.
     pub window: Option<u64>,
+    /// Free bytes to keep on the data directory's file system: while less would remain, commands
+    /// that change jobs answer `INTERNAL_ERROR` without changing anything, reads keep working,
+    /// and writes resume by themselves once space is freed. 0 turns the guard off. See
+    /// [`DiskOptions::min_free_bytes`].
+    pub min_free_bytes: u64,
 }
 
 impl Default for Config {
@@ -66,6 +71,7 @@ impl Default for Config {
             durability: Durability::Sync,
             max_job_size: 65_535,
             window: Some(DEFAULT_WINDOW_MS),
+            min_free_bytes: tickwheel_store::DEFAULT_MIN_FREE_BYTES,
         }
     }
 }
@@ -129,9 +135,12 @@ impl Server {
             Some(dir) => {
                 std::fs::create_dir_all(dir)
                     .with_context(|| format!("cannot create data directory {}", dir.display()))?;
-                let store =
-                    DiskStore::open(dir, DiskOptions::with_durability(config.durability))
-                        .with_context(|| format!("cannot open data directory {}", dir.display()))?;
+                let store = DiskStore::open(
+                    dir,
+                    DiskOptions::with_durability(config.durability)
+                        .min_free_bytes(config.min_free_bytes),
+                )
+                .with_context(|| format!("cannot open data directory {}", dir.display()))?;
                 Arc::new(store)
             }
             None => Arc::new(MemStore::new()),

@@ -58,6 +58,9 @@ pub(crate) struct Shared {
     /// Set once the first failed commit has been logged (the store refuses every write after
     /// it, so one line says so instead of one per reply).
     failure_logged: AtomicBool,
+    /// Writes are being refused for lack of free space (logged once when it starts and once
+    /// when it ends).
+    low_space: AtomicBool,
 }
 
 impl Shared {
@@ -84,6 +87,7 @@ impl Shared {
             ),
             clock: AtomicU64::new(0),
             failure_logged: AtomicBool::new(false),
+            low_space: AtomicBool::new(false),
         })
     }
 
@@ -130,6 +134,41 @@ impl Shared {
                 "store commit failed: from now on every command answers INTERNAL_ERROR \
                  (the store refuses further writes); restart the server to recover"
             );
+        }
+    }
+
+    /// Asked before a command that may make durable changes runs: whether the store would
+    /// take about `bytes` more bytes now. A refused command must not touch the engine (so its
+    /// memory never holds a change the store did not take) and answers `INTERNAL_ERROR`.
+    /// Logs once when refusals for lack of space start and once when they end; they end by
+    /// themselves once space is freed.
+    pub(crate) fn writable(&self, bytes: u64) -> bool {
+        match self.group.writable(bytes) {
+            Ok(()) => {
+                if self.low_space.load(Ordering::Relaxed)
+                    && self.low_space.swap(false, Ordering::Relaxed)
+                {
+                    tracing::info!(
+                        "free space is back above the reserve: writes are accepted again"
+                    );
+                }
+                true
+            }
+            Err(error @ StoreError::LowSpace { .. }) => {
+                if !self.low_space.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        %error,
+                        "refusing writes (INTERNAL_ERROR) until space is freed; reads keep \
+                         working and nothing acknowledged is affected (--min-free-space sets \
+                         the reserve)"
+                    );
+                }
+                false
+            }
+            Err(error) => {
+                self.log_store_failure(&error);
+                false
+            }
         }
     }
 
