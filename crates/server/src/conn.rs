@@ -435,3 +435,107 @@ fn found(job: Result<tickwheel_queue::JobView, Error>) -> Outcome {
 fn bump(counter: &std::sync::atomic::AtomicU64) {
     counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bytes::BytesMut;
+    use tickwheel_proto::{Command, Decoder, Frame};
+    use tickwheel_queue::Engine;
+    use tickwheel_store::MemStore;
+
+    use super::{execute, write_bytes, Outcome};
+    use crate::shared::Shared;
+
+    fn command(line: &str) -> Command {
+        let mut buf = BytesMut::from(line.as_bytes());
+        match Decoder::new(1 << 16).decode(&mut buf) {
+            Some(Frame::Command(c)) => c,
+            other => panic!("{line:?} does not decode: {other:?}"),
+        }
+    }
+
+    /// Every command that makes a durable change is one the server checks with the store
+    /// first (`write_bytes` is `Some`), so a full disk can refuse it before the engine runs.
+    /// Each command below succeeds, so the ones that can change something do.
+    #[test]
+    fn every_command_that_changes_the_store_is_checked_first() {
+        let shared = Shared::new(
+            Engine::new(tickwheel_queue::Config::default(), 0),
+            Arc::new(MemStore::new()),
+        )
+        .expect("commit thread");
+        let client = shared.next_client_id();
+        shared.apply(|engine| engine.connect(client));
+        // Job 1 ready, job 2 delayed: one command of every kind, each answered successfully.
+        let script = [
+            ("put 0 0 60 3\r\none\r\n", "INSERTED"),
+            ("put 0 100 60 3\r\ntwo\r\n", "INSERTED"),
+            ("use default\r\n", "USING"),
+            ("watch default\r\n", "WATCHING"),
+            ("watch other\r\n", "WATCHING"),
+            ("ignore other\r\n", "WATCHING"),
+            ("peek 1\r\n", "FOUND"),
+            ("peek-ready\r\n", "FOUND"),
+            ("peek-delayed\r\n", "FOUND"),
+            ("stats-job 1\r\n", "OK"),
+            ("stats-tube default\r\n", "OK"),
+            ("stats\r\n", "OK"),
+            ("list-tubes\r\n", "OK"),
+            ("list-tube-used\r\n", "USING"),
+            ("list-tubes-watched\r\n", "OK"),
+            ("reserve-with-timeout 0\r\n", "RESERVED"),
+            ("touch 1\r\n", "TOUCHED"),
+            ("release 1 5 0\r\n", "RELEASED"),
+            ("reserve\r\n", "RESERVED"),
+            ("bury 1 0\r\n", "BURIED"),
+            ("peek-buried\r\n", "FOUND"),
+            ("kick 1\r\n", "KICKED"),
+            ("reserve-job 2\r\n", "RESERVED"),
+            ("release 2 0 100\r\n", "RELEASED"),
+            ("kick-job 2\r\n", "KICKED"),
+            ("pause-tube default 100\r\n", "PAUSED"),
+            ("delete 2\r\n", "DELETED"),
+        ];
+        let mut changed = Vec::new();
+        for (line, expect) in script {
+            let cmd = command(line);
+            let before = shared.batches_submitted();
+            let (_, outcome) = execute(&shared, client, cmd.clone());
+            let reply = match outcome {
+                Outcome::Reply(r) => r,
+                _ => panic!("{line:?}: not a plain reply"),
+            };
+            let mut out = BytesMut::new();
+            reply.encode(&mut out);
+            assert!(
+                out.starts_with(expect.as_bytes()),
+                "{line:?} answered {:?}",
+                String::from_utf8_lossy(&out)
+            );
+            if shared.batches_submitted() > before {
+                assert!(
+                    write_bytes(&cmd).is_some(),
+                    "{line:?} changed the store without being checked first"
+                );
+                changed.push(line.split(' ').next().unwrap_or_default());
+            }
+        }
+        // The observation works: these are the commands that changed the store.
+        assert_eq!(
+            changed,
+            [
+                "put",
+                "put",
+                "release",
+                "bury",
+                "kick",
+                "reserve-job",
+                "release",
+                "kick-job",
+                "delete"
+            ]
+        );
+    }
+}

@@ -128,6 +128,22 @@ impl Shared {
     }
 
     fn log_store_failure(&self, error: &StoreError) {
+        let refused = match error {
+            StoreError::LowSpace { .. } => true,
+            other => matches!(other.poison_cause(), Some(StoreError::LowSpace { .. })),
+        };
+        if refused && !self.failure_logged.swap(true, Ordering::Relaxed) {
+            // The commit-time check refused a batch the engine had already applied (free space
+            // fell between the admission check and the commit, e.g. another process filled the
+            // disk): nothing was written, but memory is ahead of the disk.
+            tracing::error!(
+                %error,
+                "the disk filled up between a write's admission and its commit; nothing was \
+                 written, but the server's memory holds the refused change, so from now on every \
+                 command answers INTERNAL_ERROR; free space and restart the server to recover \
+                 (nothing acknowledged is lost)"
+            );
+        }
         if !self.failure_logged.swap(true, Ordering::Relaxed) {
             tracing::error!(
                 %error,
@@ -176,6 +192,12 @@ impl Shared {
     /// is durable.
     pub(crate) fn last_ticket(&self) -> Ticket {
         self.group.last_ticket()
+    }
+
+    /// Batches submitted to the store so far (tests: did a command make durable changes?).
+    #[cfg(test)]
+    pub(crate) fn batches_submitted(&self) -> u64 {
+        self.group.stats().caller_commits
     }
 
     pub(crate) fn next_client_id(&self) -> ClientId {

@@ -38,7 +38,7 @@ pub enum StoreError {
     /// has `free` bytes, and writing `need` more would leave less than `reserve`
     /// ([`DiskOptions::min_free_bytes`](crate::DiskOptions::min_free_bytes)). Does not poison:
     /// once space is freed, writes are accepted again.
-    #[error("the disk holding {} has {free} bytes free; writing {need} more would leave less than the reserve of {reserve} bytes, so the write was refused (nothing was applied; writes resume once space is freed)", path.display())]
+    #[error("the disk holding {} has {free} bytes free; writing {need} more would leave less than the reserve of {reserve} bytes, so the write was refused before anything of it was written", path.display())]
     LowSpace {
         /// The store directory.
         path: PathBuf,
