@@ -15,6 +15,7 @@ used to show as an xfail.
 import os
 import subprocess
 import tempfile
+import threading
 import time
 
 import pytest
@@ -208,6 +209,60 @@ def test_another_process_fills_the_disk_then_frees_it(small_disk, workdir):
         jid = c.put(b"after the filler went")
         acked[jid] = b"after the filler went"
         assert "writes are accepted again" in log_text(server)
+        c.close()
+        check_all_there(server, acked)
+    finally:
+        server.close()
+
+
+def test_pipelined_puts_from_many_connections_stop_at_the_reserve(small_disk, workdir):
+    """Eight connections, sixteen puts in flight each, until the disk is low: the admission
+    check counts what is queued for the next commit, so the commit-time check (which would stop
+    the server until a restart) never has to refuse; writes work again once space returns."""
+    filler = os.path.join(small_disk, "filler")
+    with open(filler, "wb") as f:
+        f.write(b"\0" * (3 << 20))
+    server = server_on(small_disk, workdir)
+    acked = {}
+    lock = threading.Lock()
+
+    def client(n):
+        c = Conn(server.port, timeout=30)
+        try:
+            for rnd in range(200):
+                bodies = [body_of(n * 100_000 + rnd * 16 + k) for k in range(16)]
+                c.send(b"".join(b"put 0 0 60 %d\r\n%s\r\n" % (BODY, b) for b in bodies))
+                refused = 0
+                for b in bodies:
+                    line, _ = c.reply(30)
+                    if line.startswith(b"INSERTED "):
+                        with lock:
+                            acked[int(line.split()[1])] = b
+                    else:
+                        assert line == b"INTERNAL_ERROR", line
+                        refused += 1
+                if refused == len(bodies):
+                    return
+        finally:
+            c.close()
+
+    try:
+        server.start()
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert acked, "nothing fitted on the disk"
+        assert free_bytes(small_disk) >= RESERVE // 2, "the backstop's half of the reserve was used"
+        log = log_text(server)
+        assert "refusing writes (INTERNAL_ERROR) until space is freed" in log, log[-3000:]
+        assert "from now on every command answers INTERNAL_ERROR" not in log, log[-3000:]
+
+        os.remove(filler)
+        c = Conn(server.port, timeout=30)
+        jid = c.put(b"after the burst")
+        acked[jid] = b"after the burst"
         c.close()
         check_all_there(server, acked)
     finally:

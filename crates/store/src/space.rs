@@ -93,13 +93,19 @@ impl SpaceGuard {
         }
     }
 
-    /// Reads free space now and caches it.
+    /// Reads free space now and caches it, unless a reading begun later is cached already
+    /// (a reading begun before a commit's refresh must not replace it: the commit's bytes
+    /// would count neither in the reading nor as queued).
     fn read(&self) -> Result<u64, StoreError> {
+        let at = Instant::now();
         let free = self
             .source
             .free_bytes()
             .map_err(|e| StoreError::io(&self.dir, e))?;
-        *self.cached.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), free));
+        let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+        if cached.is_none_or(|(then, _)| then <= at) {
+            *cached = Some((at, free));
+        }
         Ok(free)
     }
 
