@@ -15,6 +15,11 @@
 //!   to wait on, blocking or as a future; see `docs/decisions/0005-one-committer.md`.
 //! - [`FaultyStore`]: a wrapper failing writes or fsyncs after a countdown, for tests.
 //!
+//! A [`DiskStore`] keeps a free-space reserve ([`DiskOptions::min_free_bytes`]): a write that
+//! would eat into it is refused with [`StoreError::LowSpace`] before anything is written, and
+//! [`Store::writable`] asks the same question before a caller changes its own state for a
+//! write; neither poisons the store. See `docs/decisions/0006-free-space-guard.md`.
+//!
 //! Far-future delayed jobs stay on disk: [`Store::recover`] loads ready and buried jobs and the
 //! delayed jobs due inside a window, and reports only per-tube counts for the rest, which the
 //! engine pages in with [`Store::delayed_between`] as its window moves.
