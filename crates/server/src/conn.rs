@@ -438,15 +438,132 @@ fn bump(counter: &std::sync::atomic::AtomicU64) {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
     use bytes::BytesMut;
     use tickwheel_proto::{Command, Decoder, Frame};
-    use tickwheel_queue::Engine;
-    use tickwheel_store::MemStore;
+    use tickwheel_queue::{Change, Engine, JobId, JobRecord};
+    use tickwheel_store::{MemStore, Recovered, Store, StoreError};
 
     use super::{execute, write_bytes, Outcome};
     use crate::shared::Shared;
+
+    /// A store whose disk is "full" (below the reserve) while `full` is set.
+    #[derive(Default)]
+    struct Gate {
+        inner: MemStore,
+        full: AtomicBool,
+    }
+
+    impl Store for Gate {
+        fn writable(&self, bytes: u64) -> Result<(), StoreError> {
+            if self.full.load(Ordering::Relaxed) {
+                return Err(StoreError::LowSpace {
+                    path: "/gate".into(),
+                    free: 0,
+                    need: bytes,
+                    reserve: 1,
+                });
+            }
+            Ok(())
+        }
+        fn commit(&self, batch: &[Change]) -> Result<(), StoreError> {
+            self.inner.commit(batch)
+        }
+        fn recover(&self, window_end_ms: u64) -> Result<Recovered, StoreError> {
+            self.inner.recover(window_end_ms)
+        }
+        fn get(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
+            self.inner.get(id)
+        }
+        fn delayed_between(
+            &self,
+            from_ms: u64,
+            to_ms: u64,
+            limit: usize,
+        ) -> Result<Vec<JobRecord>, StoreError> {
+            self.inner.delayed_between(from_ms, to_ms, limit)
+        }
+    }
+
+    /// Runs `line` and returns the reply as text (data blocks included).
+    fn reply(shared: &Shared, client: tickwheel_queue::ClientId, line: &str) -> String {
+        let (ticket, outcome) = execute(shared, client, command(line));
+        let Outcome::Reply(reply) = outcome else {
+            panic!("{line:?}: not a plain reply");
+        };
+        ticket.wait().expect("in-memory commit");
+        let mut out = BytesMut::new();
+        reply.encode(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// Below the reserve, every command that would change the store answers `INTERNAL_ERROR`
+    /// and changes nothing (engine or store); reads, `reserve` and `touch` work; once space
+    /// returns, writes work again.
+    #[test]
+    fn below_the_reserve_writes_are_refused_before_the_engine_and_reads_work() {
+        let gate = Arc::new(Gate::default());
+        let shared = Shared::new(
+            Engine::new(tickwheel_queue::Config::default(), 0),
+            gate.clone(),
+        )
+        .expect("commit thread");
+        let client = shared.next_client_id();
+        shared.apply(|engine| engine.connect(client));
+        assert!(reply(&shared, client, "put 0 0 60 3\r\none\r\n").starts_with("INSERTED 1"));
+        assert!(reply(&shared, client, "put 0 0 60 3\r\ntwo\r\n").starts_with("INSERTED 2"));
+        assert!(reply(&shared, client, "put 0 100 60 5\r\nthree\r\n").starts_with("INSERTED 3"));
+        gate.full.store(true, Ordering::Relaxed);
+        let batches = shared.batches_submitted();
+        let stats = |shared: &Shared| {
+            let text = reply(shared, client, "stats-tube default\r\n");
+            text.lines()
+                .filter(|l| l.starts_with("current-jobs-") || l.starts_with("total-jobs"))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        assert!(reply(&shared, client, "reserve-with-timeout 0\r\n").starts_with("RESERVED 1 3"));
+        assert_eq!(reply(&shared, client, "touch 1\r\n"), "TOUCHED\r\n");
+        let before = stats(&shared);
+        assert!(before.len() >= 5, "{before:?}");
+        for line in [
+            "put 0 0 60 4\r\nfour\r\n",
+            "delete 2\r\n",
+            "delete 1\r\n",
+            "release 1 0 0\r\n",
+            "bury 1 0\r\n",
+            "kick 1\r\n",
+            "kick-job 3\r\n",
+            "reserve-job 3\r\n",
+        ] {
+            assert_eq!(
+                reply(&shared, client, line),
+                "INTERNAL_ERROR\r\n",
+                "{line:?}"
+            );
+        }
+        assert_eq!(
+            stats(&shared),
+            before,
+            "the refused commands changed nothing"
+        );
+        assert_eq!(
+            shared.batches_submitted(),
+            batches,
+            "nor submitted anything"
+        );
+        assert!(reply(&shared, client, "peek 2\r\n").starts_with("FOUND 2 3\r\ntwo"));
+        assert!(reply(&shared, client, "stats-job 1\r\n").contains("state: reserved"));
+        assert!(reply(&shared, client, "peek-delayed\r\n").starts_with("FOUND 3 5"));
+        // Space returns: the same commands work, no restart.
+        gate.full.store(false, Ordering::Relaxed);
+        assert_eq!(reply(&shared, client, "delete 1\r\n"), "DELETED\r\n");
+        assert_eq!(reply(&shared, client, "kick-job 3\r\n"), "KICKED\r\n");
+        assert!(reply(&shared, client, "put 0 0 60 4\r\nfour\r\n").starts_with("INSERTED 4"));
+        assert!(shared.batches_submitted() > batches);
+    }
 
     fn command(line: &str) -> Command {
         let mut buf = BytesMut::from(line.as_bytes());
