@@ -223,6 +223,11 @@ async fn wait_for_job<R: AsyncRead + Unpin>(
 /// Runs one command on the engine (under its lock) and returns the reply and the ticket it
 /// waits for.
 fn execute(shared: &Shared, client: ClientId, command: Command) -> (Ticket, Outcome) {
+    if let Some(bytes) = write_bytes(&command) {
+        if !shared.writable(bytes) {
+            return (Ticket::done(), Outcome::Reply(Reply::InternalError));
+        }
+    }
     let (now, past_the_ms) = shared.clock_reading();
     // Delays from the protocol, in ms, rounded so that the deadline they make is never before
     // the true time plus the delay. (A TTR needs no rounding: the engine ends a lease strictly
@@ -347,6 +352,48 @@ fn run(
     }
 }
 
+/// For a command that may make durable changes ([`tickwheel_queue::Change`]s), about how many
+/// bytes it writes; `None` for one that never does. The server asks the store whether it
+/// takes that much ([`Shared::writable`]) before the command may touch the engine.
+///
+/// Durable: `put` (the job, and now and then a block of ids), `delete`, `release`, `bury`,
+/// `kick`, `kick-job`, and `reserve-job` (of a delayed or buried job: it becomes ready; it is
+/// checked whatever the job's state, as the state is known only under the engine lock). Not
+/// durable: `reserve` (a reservation is stored as ready, a lease dies with the server), `touch`
+/// and `pause-tube` (leases and pauses are not stored), and every read. An update rewrites the
+/// job's record with its body, which the estimate does not know; the reserve covers that.
+fn write_bytes(command: &Command) -> Option<u64> {
+    /// Keys, index entries and framing of one change, rounded up (as the store's estimate).
+    const SMALL: u64 = 256;
+    match command {
+        Command::Put { body, .. } => Some(SMALL + body.len() as u64),
+        Command::Delete(_)
+        | Command::Release { .. }
+        | Command::Bury { .. }
+        | Command::Kick(_)
+        | Command::KickJob(_)
+        | Command::ReserveJob(_) => Some(SMALL),
+        Command::Use(_)
+        | Command::Reserve
+        | Command::ReserveWithTimeout(_)
+        | Command::Touch(_)
+        | Command::Watch(_)
+        | Command::Ignore(_)
+        | Command::Peek(_)
+        | Command::PeekReady
+        | Command::PeekDelayed
+        | Command::PeekBuried
+        | Command::StatsJob(_)
+        | Command::StatsTube(_)
+        | Command::Stats
+        | Command::ListTubes
+        | Command::ListTubeUsed
+        | Command::ListTubesWatched
+        | Command::PauseTube(..)
+        | Command::Quit => None,
+    }
+}
+
 fn reserve(
     shared: &Shared,
     engine: &mut tickwheel_queue::Engine,
@@ -387,4 +434,227 @@ fn found(job: Result<tickwheel_queue::JobView, Error>) -> Outcome {
 
 fn bump(counter: &std::sync::atomic::AtomicU64) {
     counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use bytes::BytesMut;
+    use tickwheel_proto::{Command, Decoder, Frame};
+    use tickwheel_queue::{Change, Engine, JobId, JobRecord};
+    use tickwheel_store::{MemStore, Recovered, Store, StoreError};
+
+    use super::{execute, write_bytes, Outcome};
+    use crate::shared::Shared;
+
+    /// A store whose disk is "full" (below the reserve) while `full` is set.
+    #[derive(Default)]
+    struct Gate {
+        inner: MemStore,
+        full: AtomicBool,
+    }
+
+    impl Store for Gate {
+        fn writable(&self, bytes: u64) -> Result<(), StoreError> {
+            if self.full.load(Ordering::Relaxed) {
+                return Err(StoreError::LowSpace {
+                    path: "/gate".into(),
+                    free: 0,
+                    need: bytes,
+                    reserve: 1,
+                });
+            }
+            Ok(())
+        }
+        fn commit(&self, batch: &[Change]) -> Result<(), StoreError> {
+            self.inner.commit(batch)
+        }
+        fn recover(&self, window_end_ms: u64) -> Result<Recovered, StoreError> {
+            self.inner.recover(window_end_ms)
+        }
+        fn get(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
+            self.inner.get(id)
+        }
+        fn delayed_between(
+            &self,
+            from_ms: u64,
+            to_ms: u64,
+            limit: usize,
+        ) -> Result<Vec<JobRecord>, StoreError> {
+            self.inner.delayed_between(from_ms, to_ms, limit)
+        }
+    }
+
+    /// Runs `line` and returns the reply as text (data blocks included).
+    fn reply(shared: &Shared, client: tickwheel_queue::ClientId, line: &str) -> String {
+        let (ticket, outcome) = execute(shared, client, command(line));
+        let Outcome::Reply(reply) = outcome else {
+            panic!("{line:?}: not a plain reply");
+        };
+        ticket.wait().expect("in-memory commit");
+        let mut out = BytesMut::new();
+        reply.encode(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// Below the reserve, every command that would change the store answers `INTERNAL_ERROR`
+    /// and changes nothing (engine or store); reads, `reserve` and `touch` work; once space
+    /// returns, writes work again.
+    #[test]
+    fn below_the_reserve_writes_are_refused_before_the_engine_and_reads_work() {
+        let gate = Arc::new(Gate::default());
+        let shared = Shared::new(
+            Engine::new(tickwheel_queue::Config::default(), 0),
+            gate.clone(),
+            Arc::new(tickwheel::SystemClock),
+        )
+        .expect("commit thread");
+        let client = shared.next_client_id();
+        shared.apply(|engine| engine.connect(client));
+        assert!(reply(&shared, client, "put 0 0 60 3\r\none\r\n").starts_with("INSERTED 1"));
+        assert!(reply(&shared, client, "put 0 0 60 3\r\ntwo\r\n").starts_with("INSERTED 2"));
+        assert!(reply(&shared, client, "put 0 100 60 5\r\nthree\r\n").starts_with("INSERTED 3"));
+        gate.full.store(true, Ordering::Relaxed);
+        let batches = shared.batches_submitted();
+        let stats = |shared: &Shared| {
+            let text = reply(shared, client, "stats-tube default\r\n");
+            text.lines()
+                .filter(|l| l.starts_with("current-jobs-") || l.starts_with("total-jobs"))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        assert!(reply(&shared, client, "reserve-with-timeout 0\r\n").starts_with("RESERVED 1 3"));
+        assert_eq!(reply(&shared, client, "touch 1\r\n"), "TOUCHED\r\n");
+        let before = stats(&shared);
+        assert!(before.len() >= 5, "{before:?}");
+        for line in [
+            "put 0 0 60 4\r\nfour\r\n",
+            "delete 2\r\n",
+            "delete 1\r\n",
+            "release 1 0 0\r\n",
+            "bury 1 0\r\n",
+            "kick 1\r\n",
+            "kick-job 3\r\n",
+            "reserve-job 3\r\n",
+        ] {
+            assert_eq!(
+                reply(&shared, client, line),
+                "INTERNAL_ERROR\r\n",
+                "{line:?}"
+            );
+        }
+        assert_eq!(
+            stats(&shared),
+            before,
+            "the refused commands changed nothing"
+        );
+        assert_eq!(
+            shared.batches_submitted(),
+            batches,
+            "nor submitted anything"
+        );
+        assert!(reply(&shared, client, "peek 2\r\n").starts_with("FOUND 2 3\r\ntwo"));
+        assert!(reply(&shared, client, "stats-job 1\r\n").contains("state: reserved"));
+        assert!(reply(&shared, client, "peek-delayed\r\n").starts_with("FOUND 3 5"));
+        // Space returns: the same commands work, no restart.
+        gate.full.store(false, Ordering::Relaxed);
+        assert_eq!(reply(&shared, client, "delete 1\r\n"), "DELETED\r\n");
+        assert_eq!(reply(&shared, client, "kick-job 3\r\n"), "KICKED\r\n");
+        assert!(reply(&shared, client, "put 0 0 60 4\r\nfour\r\n").starts_with("INSERTED 4"));
+        assert!(shared.batches_submitted() > batches);
+    }
+
+    fn command(line: &str) -> Command {
+        let mut buf = BytesMut::from(line.as_bytes());
+        match Decoder::new(1 << 16).decode(&mut buf) {
+            Some(Frame::Command(c)) => c,
+            other => panic!("{line:?} does not decode: {other:?}"),
+        }
+    }
+
+    /// Every command that makes a durable change is one the server checks with the store
+    /// first (`write_bytes` is `Some`), so a full disk can refuse it before the engine runs.
+    /// Each command below succeeds, so the ones that can change something do.
+    #[test]
+    fn every_command_that_changes_the_store_is_checked_first() {
+        let shared = Shared::new(
+            Engine::new(tickwheel_queue::Config::default(), 0),
+            Arc::new(MemStore::new()),
+            Arc::new(tickwheel::SystemClock),
+        )
+        .expect("commit thread");
+        let client = shared.next_client_id();
+        shared.apply(|engine| engine.connect(client));
+        // Job 1 ready, job 2 delayed: one command of every kind, each answered successfully.
+        let script = [
+            ("put 0 0 60 3\r\none\r\n", "INSERTED"),
+            ("put 0 100 60 3\r\ntwo\r\n", "INSERTED"),
+            ("use default\r\n", "USING"),
+            ("watch default\r\n", "WATCHING"),
+            ("watch other\r\n", "WATCHING"),
+            ("ignore other\r\n", "WATCHING"),
+            ("peek 1\r\n", "FOUND"),
+            ("peek-ready\r\n", "FOUND"),
+            ("peek-delayed\r\n", "FOUND"),
+            ("stats-job 1\r\n", "OK"),
+            ("stats-tube default\r\n", "OK"),
+            ("stats\r\n", "OK"),
+            ("list-tubes\r\n", "OK"),
+            ("list-tube-used\r\n", "USING"),
+            ("list-tubes-watched\r\n", "OK"),
+            ("reserve-with-timeout 0\r\n", "RESERVED"),
+            ("touch 1\r\n", "TOUCHED"),
+            ("release 1 5 0\r\n", "RELEASED"),
+            ("reserve\r\n", "RESERVED"),
+            ("bury 1 0\r\n", "BURIED"),
+            ("peek-buried\r\n", "FOUND"),
+            ("kick 1\r\n", "KICKED"),
+            ("reserve-job 2\r\n", "RESERVED"),
+            ("release 2 0 100\r\n", "RELEASED"),
+            ("kick-job 2\r\n", "KICKED"),
+            ("pause-tube default 100\r\n", "PAUSED"),
+            ("delete 2\r\n", "DELETED"),
+        ];
+        let mut changed = Vec::new();
+        for (line, expect) in script {
+            let cmd = command(line);
+            let before = shared.batches_submitted();
+            let (_, outcome) = execute(&shared, client, cmd.clone());
+            let reply = match outcome {
+                Outcome::Reply(r) => r,
+                _ => panic!("{line:?}: not a plain reply"),
+            };
+            let mut out = BytesMut::new();
+            reply.encode(&mut out);
+            assert!(
+                out.starts_with(expect.as_bytes()),
+                "{line:?} answered {:?}",
+                String::from_utf8_lossy(&out)
+            );
+            if shared.batches_submitted() > before {
+                assert!(
+                    write_bytes(&cmd).is_some(),
+                    "{line:?} changed the store without being checked first"
+                );
+                changed.push(line.split(' ').next().unwrap_or_default());
+            }
+        }
+        // The observation works: these are the commands that changed the store.
+        assert_eq!(
+            changed,
+            [
+                "put",
+                "put",
+                "release",
+                "bury",
+                "kick",
+                "reserve-job",
+                "release",
+                "kick-job",
+                "delete"
+            ]
+        );
+    }
 }

@@ -68,6 +68,11 @@ pub struct Config {
     /// ([`Clock::system_time`]) in milliseconds, stored as such, so delays survive restarts;
     /// the timer driver waits by its monotonic time.
     pub clock: Arc<dyn Clock>,
+    /// Free bytes to keep on the data directory's file system: while less would remain, commands
+    /// that change jobs answer `INTERNAL_ERROR` without changing anything, reads keep working,
+    /// and writes resume by themselves once space is freed. 0 turns the guard off. See
+    /// [`DiskOptions::min_free_bytes`].
+    pub min_free_bytes: u64,
 }
 
 impl Default for Config {
@@ -78,6 +83,7 @@ impl Default for Config {
             max_job_size: 65_535,
             window: Some(DEFAULT_WINDOW_MS),
             clock: Arc::new(SystemClock),
+            min_free_bytes: tickwheel_store::DEFAULT_MIN_FREE_BYTES,
         }
     }
 }
@@ -141,9 +147,12 @@ impl Server {
             Some(dir) => {
                 std::fs::create_dir_all(dir)
                     .with_context(|| format!("cannot create data directory {}", dir.display()))?;
-                let store =
-                    DiskStore::open(dir, DiskOptions::with_durability(config.durability))
-                        .with_context(|| format!("cannot open data directory {}", dir.display()))?;
+                let store = DiskStore::open(
+                    dir,
+                    DiskOptions::with_durability(config.durability)
+                        .min_free_bytes(config.min_free_bytes),
+                )
+                .with_context(|| format!("cannot open data directory {}", dir.display()))?;
                 Arc::new(store)
             }
             None => Arc::new(MemStore::new()),

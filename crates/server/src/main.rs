@@ -43,6 +43,12 @@ struct Args {
     /// their time nears (0: keep every job in memory).
     #[arg(long, value_name = "SECONDS", default_value_t = tickwheel_server::DEFAULT_WINDOW_MS / 1000)]
     window_secs: u64,
+    /// Keep at least BYTES free on the data directory's file system: while less would remain,
+    /// commands that change jobs answer INTERNAL_ERROR and change nothing, reads keep working,
+    /// and writes resume by themselves once space is freed. The default (64 MiB) is room for
+    /// the store's own flushes and compactions; 0 turns the guard off.
+    #[arg(long, value_name = "BYTES", default_value_t = tickwheel_store::DEFAULT_MIN_FREE_BYTES)]
+    min_free_space: u64,
     /// Maximum job size in bytes.
     #[arg(short = 'z', value_name = "BYTES", default_value_t = 65_535)]
     max_job_size: usize,
@@ -93,6 +99,7 @@ fn main() -> anyhow::Result<()> {
         max_job_size: args.max_job_size,
         window: (args.window_secs > 0).then(|| args.window_secs.saturating_mul(1000)),
         clock: std::sync::Arc::new(SystemClock),
+        min_free_bytes: args.min_free_space,
     };
     let _ = args.binlog_size;
     let runtime = tokio::runtime::Builder::new_multi_thread()

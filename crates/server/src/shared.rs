@@ -68,6 +68,9 @@ pub(crate) struct Shared {
     /// Set once the first failed commit has been logged (the store refuses every write after
     /// it, so one line says so instead of one per reply).
     failure_logged: AtomicBool,
+    /// Writes are being refused for lack of free space (logged once when it starts and once
+    /// when it ends).
+    low_space: AtomicBool,
 }
 
 impl Shared {
@@ -111,6 +114,7 @@ impl Shared {
             ),
             latest: AtomicU64::new(0),
             failure_logged: AtomicBool::new(false),
+            low_space: AtomicBool::new(false),
         })
     }
 
@@ -174,6 +178,22 @@ impl Shared {
     }
 
     fn log_store_failure(&self, error: &StoreError) {
+        let refused = match error {
+            StoreError::LowSpace { .. } => true,
+            other => matches!(other.poison_cause(), Some(StoreError::LowSpace { .. })),
+        };
+        if refused && !self.failure_logged.swap(true, Ordering::Relaxed) {
+            // The commit-time check refused a batch the engine had already applied (free space
+            // fell between the admission check and the commit, e.g. another process filled the
+            // disk): nothing was written, but memory is ahead of the disk.
+            tracing::error!(
+                %error,
+                "the disk filled up between a write's admission and its commit; nothing was \
+                 written, but the server's memory holds the refused change, so from now on every \
+                 command answers INTERNAL_ERROR; free space and restart the server to recover \
+                 (nothing acknowledged is lost)"
+            );
+        }
         if !self.failure_logged.swap(true, Ordering::Relaxed) {
             tracing::error!(
                 %error,
@@ -183,10 +203,51 @@ impl Shared {
         }
     }
 
+    /// Asked before a command that may make durable changes runs: whether the store would
+    /// take about `bytes` more bytes now. A refused command must not touch the engine (so its
+    /// memory never holds a change the store did not take) and answers `INTERNAL_ERROR`.
+    /// Logs once when refusals for lack of space start and once when they end; they end by
+    /// themselves once space is freed.
+    pub(crate) fn writable(&self, bytes: u64) -> bool {
+        match self.group.writable(bytes) {
+            Ok(()) => {
+                if self.low_space.load(Ordering::Relaxed)
+                    && self.low_space.swap(false, Ordering::Relaxed)
+                {
+                    tracing::info!(
+                        "free space is back above the reserve: writes are accepted again"
+                    );
+                }
+                true
+            }
+            Err(error @ StoreError::LowSpace { .. }) => {
+                if !self.low_space.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        %error,
+                        "refusing writes (INTERNAL_ERROR) until space is freed; reads keep \
+                         working and nothing acknowledged is affected (--min-free-space sets \
+                         the reserve)"
+                    );
+                }
+                false
+            }
+            Err(error) => {
+                self.log_store_failure(&error);
+                false
+            }
+        }
+    }
+
     /// The ticket of the latest batch submitted: resolves once everything submitted so far
     /// is durable.
     pub(crate) fn last_ticket(&self) -> Ticket {
         self.group.last_ticket()
+    }
+
+    /// Batches submitted to the store so far (tests: did a command make durable changes?).
+    #[cfg(test)]
+    pub(crate) fn batches_submitted(&self) -> u64 {
+        self.group.stats().caller_commits
     }
 
     pub(crate) fn next_client_id(&self) -> ClientId {

@@ -34,6 +34,21 @@ pub enum StoreError {
         #[source]
         source: Option<Arc<std::io::Error>>,
     },
+    /// The write was refused *before* anything was applied: the file system holding `path`
+    /// has `free` bytes, and writing `need` more would leave less than `reserve`
+    /// ([`DiskOptions::min_free_bytes`](crate::DiskOptions::min_free_bytes)). Does not poison:
+    /// once space is freed, writes are accepted again.
+    #[error("the disk holding {} has {free} bytes free; writing {need} more would leave less than the reserve of {reserve} bytes, so the write was refused before anything of it was written", path.display())]
+    LowSpace {
+        /// The store directory.
+        path: PathBuf,
+        /// Free bytes at the last reading.
+        free: u64,
+        /// Bytes the refused write was estimated to take.
+        need: u64,
+        /// The free bytes that must remain.
+        reserve: u64,
+    },
     /// A previous write or fsync failed, so the store refuses writes until it is reopened.
     #[error("a previous write or fsync failed, so the store refuses further writes (close and reopen it): {cause}")]
     Poisoned {

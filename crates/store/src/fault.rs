@@ -114,6 +114,13 @@ impl<S: Store> Store for FaultyStore<S> {
         self.gate(|| self.inner.commit(batch))
     }
 
+    fn writable(&self, bytes: u64) -> Result<(), StoreError> {
+        if let Some(p) = &self.lock().poison {
+            return Err(p.clone());
+        }
+        self.inner.writable(bytes)
+    }
+
     fn recover(&self, window_end_ms: u64) -> Result<Recovered, StoreError> {
         self.inner.recover(window_end_ms)
     }

@@ -119,6 +119,9 @@ struct State {
     failure: Option<StoreError>,
     /// Set after a failed commit: the answer for every later batch.
     poison: Option<StoreError>,
+    /// Estimated bytes of the batches submitted and not yet settled ([`batch_bytes`]): what
+    /// [`GroupCommit::writable`] adds to the caller's own estimate.
+    inflight_bytes: u64,
     /// Async waiters to wake when `durable` or `poison` changes.
     /// With the sequence number each waits for: a commit wakes only the waiters it settles.
     wakers: Vec<(u64, Waker)>,
@@ -194,6 +197,7 @@ impl<S: Store + 'static> GroupCommit<S> {
         validate(&batch)?;
         let mut st = lock(&self.shared.state);
         if !batch.is_empty() {
+            st.inflight_bytes = st.inflight_bytes.saturating_add(batch_bytes(&batch));
             st.submitted += 1;
             st.pending.extend(batch);
             self.shared.caller_commits.fetch_add(1, Ordering::Relaxed);
@@ -206,6 +210,26 @@ impl<S: Store + 'static> GroupCommit<S> {
             shared: Some(self.shared.clone()),
             failed: None,
         })
+    }
+
+    /// Whether a write of about `bytes` bytes would be accepted now (see
+    /// [`Store::writable`]): the group's poison if it has one, else the store's answer for
+    /// `bytes` plus the estimated bytes of every batch submitted and not yet committed (so a
+    /// burst of submissions between two free-space readings is counted).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Poisoned`] after a failed commit; the store's refusal
+    /// ([`StoreError::LowSpace`]).
+    pub fn writable(&self, bytes: u64) -> Result<(), StoreError> {
+        let inflight = {
+            let st = lock(&self.shared.state);
+            if let Some(p) = &st.poison {
+                return Err(p.clone());
+            }
+            st.inflight_bytes
+        };
+        self.shared.store.writable(bytes.saturating_add(inflight))
     }
 
     /// The ticket of the last batch submitted: resolves once everything submitted so far is
@@ -241,6 +265,7 @@ impl<S: Store + ?Sized> Shared<S> {
         let result = self.commit_group(&batch);
         let mut st = lock(&self.state);
         st.leading = false;
+        st.inflight_bytes = st.inflight_bytes.saturating_sub(batch_bytes(&batch));
         match result {
             Ok(()) => {
                 st.durable = upto;
@@ -355,6 +380,22 @@ impl<S: Store + 'static> Drop for GroupCommit<S> {
     }
 }
 
+/// Estimated bytes a batch adds to the journal: a put's body and tube name plus a fixed
+/// allowance per change for keys, index entries and framing. An update rewrites the job's
+/// record (with its body) in the store, which this cannot see; the free-space reserve covers
+/// that error (see `docs/decisions/0006-free-space-guard.md`).
+pub fn batch_bytes(batch: &[Change]) -> u64 {
+    /// Keys, locator, counters and journal framing of one change, rounded up.
+    const PER_CHANGE: u64 = 128;
+    batch
+        .iter()
+        .map(|c| match c {
+            Change::Put(r) => PER_CHANGE + r.body.len() as u64 + r.tube.as_str().len() as u64,
+            _ => PER_CHANGE,
+        })
+        .sum()
+}
+
 /// Resolves once its batch, and every batch submitted before it, is durable; see
 /// [`GroupCommit::submit`]. Waiting may make this caller the one that commits (and fsyncs)
 /// the group.
@@ -447,6 +488,10 @@ impl<S: Store + 'static> Store for GroupCommit<S> {
             return Ok(());
         }
         self.submit(batch.to_vec())?.wait()
+    }
+
+    fn writable(&self, bytes: u64) -> Result<(), StoreError> {
+        GroupCommit::writable(self, bytes)
     }
 
     fn recover(&self, window_end_ms: u64) -> Result<Recovered, StoreError> {

@@ -15,6 +15,11 @@
 //!   to wait on, blocking or as a future; see `docs/decisions/0005-one-committer.md`.
 //! - [`FaultyStore`]: a wrapper failing writes or fsyncs after a countdown, for tests.
 //!
+//! A [`DiskStore`] keeps a free-space reserve ([`DiskOptions::min_free_bytes`]): a write that
+//! would eat into it is refused with [`StoreError::LowSpace`] before anything is written, and
+//! [`Store::writable`] asks the same question before a caller changes its own state for a
+//! write; neither poisons the store. See `docs/decisions/0006-free-space-guard.md`.
+//!
 //! Far-future delayed jobs stay on disk: [`Store::recover`] loads ready and buried jobs and the
 //! delayed jobs due inside a window, and reports only per-tube counts for the rest, which the
 //! engine pages in with [`Store::delayed_between`] as its window moves.
@@ -62,11 +67,12 @@ mod lock;
 mod mem;
 mod plan;
 mod record;
+mod space;
 
-pub use disk::{DiskOptions, DiskStore, FORMAT_VERSION};
+pub use disk::{DiskOptions, DiskStore, DEFAULT_MIN_FREE_BYTES, FORMAT_VERSION};
 pub use error::StoreError;
 pub use fault::{Fault, FaultyStore};
-pub use group::{Durable, GroupCommit, GroupStats, Ticket};
+pub use group::{batch_bytes, Durable, GroupCommit, GroupStats, Ticket};
 pub use lock::LOCK_FILE;
 pub use mem::MemStore;
 pub use record::{validate, Recovered, MAX_BODY_LEN, RECORD_LAYOUT};
@@ -101,7 +107,8 @@ pub trait Store: Send + Sync {
     ///
     /// # Errors
     ///
-    /// [`StoreError::TooLarge`] (nothing applied, the store stays usable); I/O failures
+    /// [`StoreError::TooLarge`] and [`StoreError::LowSpace`] (nothing applied, the store stays
+    /// usable); I/O failures
     /// ([`StoreError::Io`], [`StoreError::DiskFull`], [`StoreError::Engine`]), after which the
     /// store is poisoned and every later commit returns [`StoreError::Poisoned`].
     fn commit(&self, batch: &[Change]) -> Result<(), StoreError>;
@@ -114,6 +121,21 @@ pub trait Store: Send + Sync {
     /// As [`Store::commit`].
     fn reserve_ids(&self, end: JobId) -> Result<(), StoreError> {
         self.commit(&[Change::ReserveIds { end }])
+    }
+
+    /// Whether a write of about `bytes` bytes would be accepted now, asked *before* the
+    /// caller changes anything for it: a server asks before it lets a command change its
+    /// engine, so a refused write leaves no trace in memory either. The default (stores
+    /// without a disk, like [`MemStore`]) accepts everything.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::LowSpace`] when the write would eat into the free-space reserve of a
+    /// [`DiskStore`] (not poisoning: a later call passes once space is freed);
+    /// [`StoreError::Poisoned`] when the store refuses every write.
+    fn writable(&self, bytes: u64) -> Result<(), StoreError> {
+        let _ = bytes;
+        Ok(())
     }
 
     /// The state to start the engine from: see [`Recovered`].
@@ -147,6 +169,9 @@ pub trait Store: Send + Sync {
 impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     fn commit(&self, batch: &[Change]) -> Result<(), StoreError> {
         (**self).commit(batch)
+    }
+    fn writable(&self, bytes: u64) -> Result<(), StoreError> {
+        (**self).writable(bytes)
     }
     fn recover(&self, window_end_ms: u64) -> Result<Recovered, StoreError> {
         (**self).recover(window_end_ms)

@@ -36,6 +36,7 @@ mod ops;
 use fjall::{Batch, Config, Keyspace, PartitionCreateOptions, PartitionHandle, PersistMode};
 
 use crate::error::is_disk_full;
+use crate::space::{FreeSpace, SpaceGuard, Statvfs, REFRESH};
 use tickwheel_queue::{Change, JobId, JobRecord};
 
 use crate::record::{decode, decode_locator, due_key, id_key, split_due_key, until};
@@ -69,7 +70,21 @@ pub struct DiskOptions {
     /// Memtable bytes (all tables together) kept in memory before they are flushed to sorted
     /// tables. Bounds resident memory. Default 32 MiB, at least 1 MiB.
     pub max_write_buffer_bytes: u64,
+    /// Free bytes to keep on the data directory's file system: a write that would leave less
+    /// is refused with [`StoreError::LowSpace`] before anything is applied, and accepted again
+    /// once space is freed. Default [`DEFAULT_MIN_FREE_BYTES`]; 0 turns the guard off (then a
+    /// full disk poisons the store, and fjall 2.11 may lose the last acknowledged write, see
+    /// `docs/decisions/0006-free-space-guard.md`).
+    pub min_free_bytes: u64,
 }
+
+/// The default free-space reserve: 64 MiB. The engine needs room it does not ask for: a
+/// memtable flush writes up to [`DiskOptions::max_write_buffer_bytes`] (32 MiB by default) of
+/// sorted tables before the journal they replace is deleted, and a failed flush poisons fjall;
+/// compactions write their output before removing their input. Twice the write buffer covers
+/// a flush plus a compaction of the same size; a store with a bigger write buffer should
+/// raise the reserve with it.
+pub const DEFAULT_MIN_FREE_BYTES: u64 = 64 << 20;
 
 impl Default for DiskOptions {
     fn default() -> Self {
@@ -78,6 +93,7 @@ impl Default for DiskOptions {
             max_journal_bytes: 64 << 20,
             cache_bytes: 16 << 20,
             max_write_buffer_bytes: 32 << 20,
+            min_free_bytes: DEFAULT_MIN_FREE_BYTES,
         }
     }
 }
@@ -89,6 +105,13 @@ impl DiskOptions {
             durability,
             ..DiskOptions::default()
         }
+    }
+
+    /// These options with [`min_free_bytes`](DiskOptions::min_free_bytes) set.
+    #[must_use]
+    pub fn min_free_bytes(mut self, bytes: u64) -> DiskOptions {
+        self.min_free_bytes = bytes;
+        self
     }
 }
 
@@ -145,6 +168,8 @@ struct Inner {
     /// Held for every write; caches what commits read back (see [`WriteState`]).
     write_lock: Mutex<WriteState>,
     poison: Mutex<Option<StoreError>>,
+    /// Refuses writes that would eat into the free-space reserve.
+    space: SpaceGuard,
     /// Written since the last periodic fsync.
     dirty: AtomicBool,
     /// One store per directory; last, so it is released after the engine is dropped.
@@ -169,11 +194,27 @@ impl DiskStore {
     /// [`StoreError::Corrupt`] if the directory holds something unreadable; I/O errors.
     pub fn open(dir: impl AsRef<Path>, options: DiskOptions) -> Result<DiskStore, StoreError> {
         let dir = dir.as_ref();
-        std::panic::catch_unwind(|| Self::open_unguarded(dir, options))
+        let source = Box::new(Statvfs(dir.to_path_buf()));
+        std::panic::catch_unwind(|| Self::open_unguarded(dir, options, source, REFRESH))
             .unwrap_or_else(|panic| Err(engine_panic(dir, "opening the store", panic.as_ref())))
     }
 
-    fn open_unguarded(dir: &Path, options: DiskOptions) -> Result<DiskStore, StoreError> {
+    /// [`DiskStore::open`] with a fake free-space source, for tests.
+    #[cfg(test)]
+    pub(crate) fn open_with_space(
+        dir: &Path,
+        options: DiskOptions,
+        source: Box<dyn FreeSpace>,
+    ) -> Result<DiskStore, StoreError> {
+        Self::open_unguarded(dir, options, source, Duration::ZERO)
+    }
+
+    fn open_unguarded(
+        dir: &Path,
+        options: DiskOptions,
+        source: Box<dyn FreeSpace>,
+        refresh: Duration,
+    ) -> Result<DiskStore, StoreError> {
         let dir = dir.to_path_buf();
         std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
         let lock = crate::lock::DirLock::acquire(&dir)?;
@@ -201,6 +242,7 @@ impl DiskStore {
             write_lock: Mutex::new(WriteState::default()),
             poison: Mutex::new(None),
             dirty: AtomicBool::new(false),
+            space: SpaceGuard::new(&dir, source, options.min_free_bytes, refresh),
             dir,
             _lock: lock,
         };
@@ -408,13 +450,22 @@ impl Inner {
                 }
                 let mut b = self.keyspace.batch();
                 b.insert(&self.meta, META_VERSION, FORMAT_VERSION.to_be_bytes());
-                self.write(b)
+                self.write(b, 64)
             }
         }
     }
 
-    /// Commits a fjall batch with this store's durability, poisoning on failure.
-    fn write(&self, batch: Batch) -> Result<(), StoreError> {
+    /// Commits a fjall batch of about `bytes` bytes with this store's durability, poisoning on
+    /// failure. Refuses (without poisoning) a batch the disk may not hold: fjall 2.11 would
+    /// acknowledge a torn journal write (see [`crate::space`]).
+    fn write(&self, batch: Batch, bytes: u64) -> Result<(), StoreError> {
+        self.space.check_commit(bytes)?;
+        let result = self.write_unchecked(batch);
+        self.space.refresh();
+        result
+    }
+
+    fn write_unchecked(&self, batch: Batch) -> Result<(), StoreError> {
         let mode = match self.durability {
             Durability::Sync => PersistMode::SyncData,
             Durability::Periodic { .. } | Durability::None => PersistMode::Buffer,
@@ -569,6 +620,13 @@ fn engine_panic(dir: &Path, what: &str, panic: &(dyn std::any::Any + Send)) -> S
 impl Store for DiskStore {
     fn commit(&self, batch: &[Change]) -> Result<(), StoreError> {
         self.guarded("committing", || self.commit_unguarded(batch))
+    }
+
+    fn writable(&self, bytes: u64) -> Result<(), StoreError> {
+        if let Some(p) = self.inner.poisoned() {
+            return Err(p);
+        }
+        self.inner.space.check(bytes)
     }
 
     fn recover(&self, window_end_ms: u64) -> Result<Recovered, StoreError> {

@@ -42,6 +42,9 @@ impl DiskStore {
             },
         )?;
         let mut b = s.keyspace.batch();
+        // Bytes of the records written, for the free-space backstop; keys and framing are
+        // added per item below.
+        let mut record_bytes: u64 = 0;
         let mut delayed_delta: BTreeMap<&str, i64> = BTreeMap::new();
         for (&id, c) in &p.changes {
             let key = id_key(id);
@@ -63,12 +66,14 @@ impl DiskStore {
             }
             match &c.new {
                 Some(r) => {
+                    let record = encode(r);
+                    record_bytes += record.len() as u64;
                     match new_due {
                         Some(u) => {
                             *delayed_delta.entry(r.tube.as_str()).or_default() += 1;
-                            b.insert(&s.due, due_key(u, id), encode(r));
+                            b.insert(&s.due, due_key(u, id), record);
                         }
-                        None => b.insert(&s.resident, key, encode(r)),
+                        None => b.insert(&s.resident, key, record),
                     }
                     if c.old.is_none() || old_due != new_due {
                         b.insert(&s.jobs, key, encode_locator(new_due));
@@ -100,7 +105,9 @@ impl DiskStore {
         if let Some(end) = new_next {
             b.insert(&s.meta, META_NEXT_ID, end.to_be_bytes());
         }
-        s.write(b)?;
+        // Keys (at most 16 bytes), partition name and journal framing: 64 bytes an item.
+        let bytes = record_bytes + 64 * b.len() as u64;
+        s.write(b, bytes)?;
         // Written: the caches follow.
         for (tube, count) in new_counts {
             ws.delayed.insert(tube.to_owned(), count);

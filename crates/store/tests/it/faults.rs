@@ -113,9 +113,13 @@ fn injected_full_disk_is_reported_as_disk_full() {
     });
 }
 
-/// Mounts a small tmpfs, fills it through a real `DiskStore`, and checks the error is
-/// `DiskFull`, later writes are refused, and every acknowledged job is on disk. Needs root and
-/// `mount`; skipped (with the reason printed) otherwise.
+/// Mounts a small tmpfs, fills it through a real `DiskStore` with a 1 MiB free-space reserve,
+/// and checks: the store refuses with `LowSpace` (not poisoned), keeps refusing while the disk
+/// is full, writes again once a filler file is removed (no reopen), and every acknowledged job
+/// is on disk. Needs root and `mount`; skipped (with the reason printed) otherwise.
+///
+/// Before the guard this ran into ENOSPC inside fjall 2.11, which can acknowledge a torn
+/// journal write (fjall-rs/fjall#304; `docs/decisions/0006-free-space-guard.md`).
 #[test]
 fn real_full_disk_on_tmpfs() {
     let mnt = tempfile::tempdir().unwrap();
@@ -136,10 +140,13 @@ fn real_full_disk_on_tmpfs() {
     }
     let _unmount = Unmount(mnt.path());
     let dir = mnt.path().join("store");
+    let filler = mnt.path().join("filler");
+    std::fs::write(&filler, vec![0u8; 2 << 20]).unwrap();
     let copy = tempfile::tempdir().unwrap();
     let mut acked = Vec::new();
     {
-        let store = match DiskStore::open(&dir, DiskOptions::default()) {
+        let options = DiskOptions::default().min_free_bytes(1 << 20);
+        let store = match DiskStore::open(&dir, options) {
             Ok(s) => s,
             Err(e) => panic!("opening a store on an 8 MiB tmpfs failed: {e}"),
         };
@@ -165,11 +172,24 @@ fn real_full_disk_on_tmpfs() {
         }
         let err = first_err.expect("an 8 MiB disk filled up with 40 MiB of jobs");
         assert!(
-            matches!(err, StoreError::DiskFull { .. }),
-            "expected DiskFull, got: {err}"
+            matches!(err, StoreError::LowSpace { .. }),
+            "expected LowSpace, got: {err}"
         );
-        let again = store.commit(&[Change::Delete { id: 0 }]).unwrap_err();
-        assert!(matches!(again, StoreError::Poisoned { .. }), "{again}");
+        assert!(
+            matches!(store.writable(0), Err(StoreError::LowSpace { .. })),
+            "the admission check refuses too"
+        );
+        let mut big = ready(1 << 40, "t");
+        big.body = bytes::Bytes::from(vec![7u8; 1 << 20]);
+        let again = store.commit(&[Change::Put(big.clone())]).unwrap_err();
+        assert!(matches!(again, StoreError::LowSpace { .. }), "{again}");
+        // Space returns: the same store writes again, no reopen.
+        std::fs::remove_file(&filler).unwrap();
+        store.writable(0).expect("space returned");
+        store
+            .commit(&[Change::Put(big.clone())])
+            .expect("writes again");
+        acked.push(big.id);
         crate::util::copy_dir(&dir, copy.path());
     }
     assert!(!acked.is_empty());
