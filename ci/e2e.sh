@@ -45,7 +45,7 @@ step "virtualenv $VENV"
 if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check pytest greenstalk pystalk
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check pytest pytest-rerunfailures greenstalk pystalk
 
 step "build tickwheel-server (release)"
 cargo build --release -p tickwheel-server

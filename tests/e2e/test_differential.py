@@ -589,6 +589,12 @@ def params():
         if name in KNOWN_DIFFERENCES:
             yield pytest.param(name, marks=pytest.mark.xfail(
                 strict=True, raises=AssertionError, reason=KNOWN_DIFFERENCES[name]))
+        elif name in TIME_SCENARIOS:
+            # Exact time fields sample two processes at nearly the same instant; on a loaded
+            # machine a sample can land across a second boundary in one of them. A real
+            # difference (e.g. rounding instead of truncating) fails every attempt, so a
+            # scenario gets two fresh reruns (fresh servers each time) before it fails.
+            yield pytest.param(name, marks=pytest.mark.flaky(reruns=2))
         else:
             yield name
 
