@@ -18,16 +18,13 @@
 
 mod util;
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-use tickwheel_server::{Clock, Config, Listener, ManualClock, Server};
+use tickwheel_server::{Clock, Config, ManualClock};
 use tickwheel_store::Durability;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
-use util::Client;
+use util::Running;
 
 /// Where the tests' time of day starts: 2023-11-14 22:13:20 UTC, a whole second.
 const START: Duration = Duration::from_secs(1_700_000_000);
@@ -61,37 +58,15 @@ impl Time {
     }
 }
 
-/// A running server and what it takes to stop it.
-struct Running {
-    addr: SocketAddr,
-    stop: CancellationToken,
-    task: JoinHandle<()>,
-}
-
-impl Running {
-    async fn start(time: &Time, data_dir: Option<&Path>) -> Running {
-        let config = Config {
-            data_dir: data_dir.map(Path::to_path_buf),
-            durability: Durability::Sync,
-            clock: Arc::new(time.clock.clone()),
-            ..Config::default()
-        };
-        let server = Server::open(&config).unwrap();
-        let listener = Listener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(server.run(listener, stop.clone()));
-        Running { addr, stop, task }
-    }
-
-    async fn client(&self) -> Client {
-        Client::connect(self.addr).await
-    }
-
-    async fn shutdown(self) {
-        self.stop.cancel();
-        self.task.await.unwrap();
-    }
+/// Starts a server the way these tests want it.
+async fn start_server(time: &Time, data_dir: Option<&Path>) -> Running {
+    let config = Config {
+        data_dir: data_dir.map(Path::to_path_buf),
+        durability: Durability::Sync,
+        clock: Arc::new(time.clock.clone()),
+        ..Config::default()
+    };
+    Running::open(&config).await
 }
 
 /// A job put with a 10 s delay on a whole millisecond is due at exactly +10 s: not at
@@ -99,7 +74,7 @@ impl Running {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delay_ends_exactly_on_time() {
     let time = Time::starting_at(Duration::ZERO);
-    let server = Running::start(&time, None).await;
+    let server = start_server(&time, None).await;
     let mut producer = server.client().await;
     let mut worker = server.client().await;
     worker.send_line("reserve").await;
@@ -122,7 +97,7 @@ async fn a_delay_ends_exactly_on_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_earlier_deadline_wakes_the_sleeping_driver() {
     let time = Time::starting_at(Duration::ZERO);
-    let server = Running::start(&time, None).await;
+    let server = start_server(&time, None).await;
     let mut c = server.client().await;
     let mut worker = server.client().await;
     worker.send_line("reserve").await;
@@ -152,7 +127,7 @@ async fn an_earlier_deadline_wakes_the_sleeping_driver() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delay_from_mid_millisecond_is_never_early() {
     let time = Time::starting_at(Duration::from_micros(400));
-    let server = Running::start(&time, None).await;
+    let server = start_server(&time, None).await;
     let mut c = server.client().await;
     let id = c.put(0, 10, 60, "later").await;
 
@@ -176,7 +151,7 @@ async fn a_delay_from_mid_millisecond_is_never_early() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_warns_and_ends_on_time() {
     let time = Time::starting_at(Duration::ZERO);
-    let server = Running::start(&time, None).await;
+    let server = start_server(&time, None).await;
     let mut c = server.client().await;
     let mut owner = server.client().await;
     let mut next = server.client().await;
@@ -218,7 +193,7 @@ async fn a_lease_warns_and_ends_on_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tube_pause_ends_on_time() {
     let time = Time::starting_at(Duration::ZERO);
-    let server = Running::start(&time, None).await;
+    let server = start_server(&time, None).await;
     let mut c = server.client().await;
     let mut worker = server.client().await;
     assert_eq!(c.cmd("pause-tube default 5").await, "PAUSED");
@@ -244,7 +219,7 @@ async fn a_tube_pause_ends_on_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reserve_timeout_ends_on_time() {
     let time = Time::starting_at(Duration::ZERO);
-    let server = Running::start(&time, None).await;
+    let server = start_server(&time, None).await;
     let mut c = server.client().await;
     let mut worker = server.client().await;
     worker.send_line("reserve-with-timeout 5").await;
@@ -264,7 +239,7 @@ async fn a_reserve_timeout_ends_on_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stats_time_fields_at_chosen_instants() {
     let time = Time::starting_at(Duration::ZERO);
-    let server = Running::start(&time, None).await;
+    let server = start_server(&time, None).await;
     let mut c = server.client().await;
     let delayed = c.put(0, 10, 60, "delayed").await;
     let leased = c.put(0, 0, 20, "leased").await;
@@ -317,7 +292,7 @@ async fn stats_time_fields_at_chosen_instants() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_time_of_day_step_back_moves_nothing_back() {
     let time = Time::starting_at(Duration::ZERO);
-    let server = Running::start(&time, None).await;
+    let server = start_server(&time, None).await;
     let mut c = server.client().await;
     let id = c.put(0, 10, 60, "job").await;
     let stats_job = format!("stats-job {id}");
@@ -365,12 +340,12 @@ async fn a_delay_survives_a_restart_by_the_time_of_day() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
     let before = Time::starting_at(Duration::ZERO);
-    let server = Running::start(&before, Some(&dir)).await;
+    let server = start_server(&before, Some(&dir)).await;
     let id = server.client().await.put(0, 60, 60, "job").await;
     server.shutdown().await;
 
     let time = Time::starting_at(ms(30_500));
-    let server = Running::start(&time, Some(&dir)).await;
+    let server = start_server(&time, Some(&dir)).await;
     let mut c = server.client().await;
     let mut worker = server.client().await;
     assert_eq!(c.field(&format!("stats-job {id}"), "time-left").await, "29");

@@ -6,51 +6,26 @@
 
 mod util;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tickwheel_server::{Config, Listener, Server};
 use tickwheel_store::Durability;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use util::Client;
+use util::{Client, Running};
 
 /// Maximum job size used by these tests.
 const MAX_JOB: usize = 1024;
 
-/// A running server and what it takes to stop it.
-struct Running {
-    addr: SocketAddr,
-    stop: CancellationToken,
-    task: JoinHandle<()>,
-}
-
-impl Running {
-    async fn start(dir: &Path) -> Running {
-        let config = Config {
-            data_dir: Some(dir.to_path_buf()),
-            durability: Durability::Sync,
-            max_job_size: MAX_JOB,
-            ..Config::default()
-        };
-        let server = Server::open(&config).unwrap();
-        let listener = Listener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(server.run(listener, stop.clone()));
-        Running { addr, stop, task }
-    }
-
-    async fn client(&self) -> Client {
-        Client::connect(self.addr).await
-    }
-
-    /// Graceful shutdown: returns once everything acknowledged is durable.
-    async fn shutdown(self) {
-        self.stop.cancel();
-        self.task.await.unwrap();
-    }
+/// Starts a server the way these tests want it.
+async fn start_server(dir: &Path) -> Running {
+    let config = Config {
+        data_dir: Some(dir.to_path_buf()),
+        durability: Durability::Sync,
+        max_job_size: MAX_JOB,
+        ..Config::default()
+    };
+    Running::open(&config).await
 }
 
 fn temp_dir() -> (tempfile::TempDir, PathBuf) {
@@ -62,7 +37,7 @@ fn temp_dir() -> (tempfile::TempDir, PathBuf) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn put_reserve_delete_round_trip() {
     let (_tmp, dir) = temp_dir();
-    let server = Running::start(&dir).await;
+    let server = start_server(&dir).await;
     let mut c = server.client().await;
     let id = c.put(10, 0, 60, "hello").await;
     assert_eq!(c.job_cmd(&format!("peek {id}")).await.1.unwrap(), b"hello");
@@ -83,7 +58,7 @@ async fn put_reserve_delete_round_trip() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delayed_job_is_not_reservable_before_its_delay() {
     let (_tmp, dir) = temp_dir();
-    let server = Running::start(&dir).await;
+    let server = start_server(&dir).await;
     let mut c = server.client().await;
     let before_put = Instant::now();
     let id = c.put(0, 1, 60, "later").await;
@@ -105,7 +80,7 @@ async fn delayed_job_is_not_reservable_before_its_delay() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_reserve_is_answered_by_a_put_from_another_connection() {
     let (_tmp, dir) = temp_dir();
-    let server = Running::start(&dir).await;
+    let server = start_server(&dir).await;
     let mut worker = server.client().await;
     let mut producer = server.client().await;
     worker.send(b"reserve\r\n").await;
@@ -138,7 +113,7 @@ async fn waiting_reserve_is_answered_by_a_put_from_another_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ttr_expiry_returns_the_job_to_ready() {
     let (_tmp, dir) = temp_dir();
-    let server = Running::start(&dir).await;
+    let server = start_server(&dir).await;
     let mut first = server.client().await;
     let mut second = server.client().await;
     let id = first.put(0, 0, 1, "slow").await;
@@ -162,7 +137,7 @@ async fn ttr_expiry_returns_the_job_to_ready() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bury_and_kick() {
     let (_tmp, dir) = temp_dir();
-    let server = Running::start(&dir).await;
+    let server = start_server(&dir).await;
     let mut c = server.client().await;
     let a = c.put(5, 0, 60, "a").await;
     let b = c.put(5, 0, 60, "b").await;
@@ -193,7 +168,7 @@ async fn bury_and_kick() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_tube_holds_ready_jobs() {
     let (_tmp, dir) = temp_dir();
-    let server = Running::start(&dir).await;
+    let server = start_server(&dir).await;
     let mut c = server.client().await;
     assert_eq!(c.cmd("pause-tube nosuchtube 1").await, "NOT_FOUND");
     let id = c.put(0, 0, 60, "held").await;
@@ -211,7 +186,7 @@ async fn pause_tube_holds_ready_jobs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stats_keys_are_present() {
     let (_tmp, dir) = temp_dir();
-    let server = Running::start(&dir).await;
+    let server = start_server(&dir).await;
     let mut c = server.client().await;
     let id = c.put(3, 0, 60, "x").await;
     let keys = |s: Vec<(String, String)>| s.into_iter().map(|(k, _)| k).collect::<Vec<_>>();
@@ -304,7 +279,7 @@ async fn stats_keys_are_present() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_too_big_leaves_the_connection_usable() {
     let (_tmp, dir) = temp_dir();
-    let server = Running::start(&dir).await;
+    let server = start_server(&dir).await;
     let mut c = server.client().await;
     let max = "m".repeat(MAX_JOB);
     let id = c.put(0, 0, 60, &max).await;
@@ -325,7 +300,7 @@ async fn job_too_big_leaves_the_connection_usable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_survive_a_restart_in_their_states() {
     let (_tmp, dir) = temp_dir();
-    let server = Running::start(&dir).await;
+    let server = start_server(&dir).await;
     let mut c = server.client().await;
     let ready = c.put(4, 0, 60, "ready").await;
     assert_eq!(c.cmd("use other").await, "USING other");
@@ -343,7 +318,7 @@ async fn jobs_survive_a_restart_in_their_states() {
     server.shutdown().await;
     drop(c);
 
-    let server = Running::start(&dir).await;
+    let server = start_server(&dir).await;
     let mut c = server.client().await;
     let expect = [
         (ready, "default", "ready", "4", "ready"),
@@ -384,7 +359,7 @@ async fn jobs_survive_a_restart_in_their_states() {
     server.shutdown().await;
 
     // And a second restart (recovering what the first recovery wrote) keeps them too.
-    let server = Running::start(&dir).await;
+    let server = start_server(&dir).await;
     let mut c = server.client().await;
     assert_eq!(c.job_field(buried, "state").await, "buried");
     assert_eq!(c.job_field(fresh, "state").await, "ready");
@@ -397,7 +372,7 @@ async fn jobs_survive_a_restart_in_their_states() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_server_on_the_same_directory_is_refused() {
     let (_tmp, dir) = temp_dir();
-    let server = Running::start(&dir).await;
+    let server = start_server(&dir).await;
     let config = Config {
         data_dir: Some(dir.clone()),
         ..Config::default()
@@ -413,7 +388,7 @@ async fn a_second_server_on_the_same_directory_is_refused() {
     let id = c.put(0, 0, 60, "still here").await;
     server.shutdown().await;
     drop(c);
-    let server = Running::start(&dir).await;
+    let server = start_server(&dir).await;
     let mut c = server.client().await;
     assert_eq!(c.job_field(id, "state").await, "ready");
     server.shutdown().await;
@@ -443,7 +418,7 @@ async fn the_default_config_keeps_jobs_in_memory_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn time_left_right_after_a_state_change_is_truncated_like_beanstalkd() {
     let (_tmp, dir) = temp_dir();
-    let server = Running::start(&dir).await;
+    let server = start_server(&dir).await;
     let mut c = server.client().await;
     let started = Instant::now();
     let reserved = c.put(0, 0, 10, "lease").await;
@@ -477,7 +452,7 @@ async fn time_left_right_after_a_state_change_is_truncated_like_beanstalkd() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn far_jobs_are_found_by_id_by_peek_delayed_and_by_kick() {
     let (_tmp, dir) = temp_dir();
-    let server = Running::start(&dir).await;
+    let server = start_server(&dir).await;
     let mut c = server.client().await;
     let later = c.put(1, 7200, 60, "in two hours").await;
     let sooner = c.put(2, 3600, 60, "in an hour").await;
@@ -508,7 +483,7 @@ async fn far_jobs_are_found_by_id_by_peek_delayed_and_by_kick() {
     server.shutdown().await;
     drop(c);
 
-    let server = Running::start(&dir).await;
+    let server = start_server(&dir).await;
     let mut c = server.client().await;
     assert_eq!(c.cmd(&format!("peek {gone}")).await, "NOT_FOUND");
     assert_eq!(c.job_field(kept, "state").await, "delayed");

@@ -4,8 +4,40 @@
 
 use std::net::SocketAddr;
 
+use tickwheel_server::{Config, Listener, Server};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// A running server on a loopback port and what it takes to stop it.
+pub(crate) struct Running {
+    pub(crate) addr: SocketAddr,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    /// Opens a server with `config` and serves it on `127.0.0.1:0`.
+    pub(crate) async fn open(config: &Config) -> Running {
+        let server = Server::open(config).unwrap();
+        let listener = Listener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(server.run(listener, stop.clone()));
+        Running { addr, stop, task }
+    }
+
+    pub(crate) async fn client(&self) -> Client {
+        Client::connect(self.addr).await
+    }
+
+    /// Graceful shutdown: returns once everything acknowledged is durable.
+    pub(crate) async fn shutdown(self) {
+        self.stop.cancel();
+        self.task.await.unwrap();
+    }
+}
 
 /// One connection speaking the protocol line by line.
 pub(crate) struct Client {
