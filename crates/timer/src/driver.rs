@@ -35,7 +35,7 @@ use crossbeam_channel::{Receiver, Sender};
 use crossbeam_utils::CachePadded;
 
 use crate::clock::{Clock, TickSource};
-use crate::metrics::Counters;
+use crate::metrics::{Counters, LatenessCounts};
 use crate::shard::{Due, Fire, Shard, Task, Work, AWAKE};
 use crate::sync::{Arc, AtomicU64, AtomicU8, AtomicUsize, Condvar, Mutex, Ordering};
 use crate::task::{PendingTask, Tally};
@@ -378,18 +378,22 @@ impl Inner {
     /// Wakes the async timers and dispatches the callbacks of one turn.
     fn fire(self: &Arc<Self>, due: &mut Due) {
         let now = self.ticks.nanos_of_instant(self.now());
-        let late =
-            |tick: u64| Duration::from_nanos(now.saturating_sub(self.ticks.nanos_of_tick(tick)));
+        // Lateness is counted for the whole batch before anything is woken or run, so a
+        // woken task reading the metrics sees its own timer counted.
+        let mut lateness = LatenessCounts::new();
+        for &(tick, _) in &due.wakers {
+            lateness.add(now.saturating_sub(self.ticks.nanos_of_tick(tick)));
+        }
+        for f in &due.fires {
+            lateness.add(now.saturating_sub(self.ticks.nanos_of_tick(f.tick)));
+        }
+        self.counters.record_lateness(&lateness);
         let mut tally = Tally::default();
-        for (tick, waker) in due.wakers.drain(..) {
-            self.counters.record_lateness(late(tick));
+        for (_, waker) in due.wakers.drain(..) {
             tally.fired += 1;
             if let Some(w) = waker {
                 w.wake();
             }
-        }
-        for f in &due.fires {
-            self.counters.record_lateness(late(f.tick));
         }
         match &self.workers {
             Some((tx, _)) => {

@@ -2,11 +2,20 @@
 //!
 //! # Ground rules
 //!
-//! - A timer lives in a [`Slot`] of its shard's slab: state byte, kind, generation, wheel
-//!   key and the task itself (the closure, a repeating task, or a `Sleep`'s waker). The
-//!   wheel holds only the slot index. Nothing is reference counted and nothing is
-//!   allocated per timer once the slab and the wheel are warm (a closure that captures
-//!   data is boxed; one that captures nothing is not).
+//! - A **one-shot callback** lives in its wheel entry itself ([`Payload::Once`]: the boxed
+//!   closure, 16 bytes, so the entry is 32); its handle is the wheel key. This is the
+//!   common timer, and it costs one slab (the wheel's) instead of two: 8-byte
+//!   fewer bookkeeping and one random cache line fewer per schedule, cancel and fire. When
+//!   it fires or is cancelled, its outcome is written to `finished` (4 bytes per wheel
+//!   entry, indexed like the wheel's slab) so that its handle still reports `Done` or
+//!   `Cancelled` afterwards.
+//! - A **repeating task** or an **async timer** needs an identity that survives leaving
+//!   and re-entering the wheel, so it lives in a [`Slot`] of the shard's side slab: state
+//!   byte, kind, generation, wheel key and the task (a repeating task, or a `Sleep`'s
+//!   waker); the wheel holds the slot index ([`Payload::Slot`]).
+//! - Nothing is reference counted and nothing is allocated per timer once the slabs and
+//!   the wheel are warm (a closure that captures data is boxed; one that captures nothing
+//!   is not).
 //! - **Everything about a slot is read and written under its shard's lock**: schedule,
 //!   cancel, state, the driver taking due timers out (a one-shot callback's slot is freed
 //!   right then, as fired: its task travels on without it), a worker ending a repeating
@@ -14,13 +23,16 @@
 //!   question is which of two lock holders comes first, and each outcome is a valid
 //!   history (loom checks them, `tests/loom.rs`). Callbacks, wakers and closure drops run
 //!   outside the lock.
-//! - **Handles are keys.** A [`TimerHandle`](crate::TimerHandle) is `(shard, slot,
-//!   generation)`. A slot's generation changes each time it is reused, and a freed slot
-//!   keeps its final state (done / cancelled) until then, so a handle reports its own
-//!   timer's outcome while it can and [`TaskState::Unknown`](crate::TaskState::Unknown)
-//!   after reuse; it never cancels or reports the newer timer in its slot. Generations
-//!   start at a per-timer seed, so a handle of another `Timer` is rejected too (in all but
-//!   freak cases, like wheel keys).
+//! - **Handles are keys.** A [`TimerHandle`](crate::TimerHandle) is `(shard and kind,
+//!   index, generation)`: a wheel key for a one-shot callback, a side-slab slot and its
+//!   generation for a repeating task. Both generations change each time the entry is
+//!   reused, so a handle never cancels or reports the newer timer in its entry. A freed
+//!   side slot keeps its final state (done / cancelled) until reused; a one-shot
+//!   callback's outcome stays in `finished` until the next timer in the same wheel entry
+//!   finishes; after that the handle reports
+//!   [`TaskState::Unknown`](crate::TaskState::Unknown). Generations start at a per-wheel
+//!   and per-timer seed, so a handle of another `Timer` is rejected too (in all but freak
+//!   cases, like wheel keys).
 //! - **Waking the driver.** `sleep_until` is the tick the driver sleeps towards (`AWAKE`
 //!   while it works). A producer that links an earlier tick lowers it under the lock and
 //!   unparks the driver after unlocking. The driver sets it in every shard, under each
@@ -52,18 +64,53 @@ pub(crate) const SHUTDOWN: u8 = 5;
 /// An async timer registered but not linked (its `Sleep` was reset).
 pub(crate) const IDLE: u8 = 6;
 
-pub(crate) const ONCE: u8 = 0;
 pub(crate) const REPEAT: u8 = 1;
 pub(crate) const SLEEP: u8 = 2;
 
 /// No slot: ends the free list.
 const NIL: u32 = u32::MAX;
 
-/// What a slot holds.
+/// What the wheel holds for one timer: 16 bytes (a unit test pins it), so a wheel entry
+/// is 32.
+pub(crate) enum Payload {
+    /// A one-shot callback, stored in the wheel entry itself.
+    Once(Box<dyn FnOnce() + Send>),
+    /// A repeating task or an async timer: its side-slab slot.
+    Slot(u32),
+}
+
+/// `finished` entry of a one-shot callback that was cancelled (low bit; the other 31 bits
+/// are the low bits of its generation).
+const FINISHED_CANCELLED: u32 = 1;
+
+/// A `finished` record: the generation's low 31 bits and the outcome bit.
+fn finished_record(gen: u32, cancelled: bool) -> u32 {
+    (gen << 1) | u32::from(cancelled)
+}
+
+/// The slab index in a wheel key: the low 32 bits of [`TimerKey::to_u64`] (pinned by
+/// `wheel_keys_split_into_index_and_generation`).
+#[inline]
+fn key_index(key: TimerKey) -> u32 {
+    key.to_u64() as u32
+}
+
+/// The generation in a wheel key: the high 32 bits of [`TimerKey::to_u64`].
+#[inline]
+fn key_gen(key: TimerKey) -> u32 {
+    (key.to_u64() >> 32) as u32
+}
+
+/// The wheel key with slab index `index` and generation `gen`.
+#[inline]
+fn make_key(index: u32, gen: u32) -> TimerKey {
+    TimerKey::from_u64((u64::from(gen) << 32) | u64::from(index))
+}
+
+/// What a side-slab slot holds.
 pub(crate) enum Task {
     /// Nothing (a vacant slot, or a task out with a worker).
     Empty,
-    Once(Box<dyn FnOnce() + Send>),
     Repeat(Box<Repeat>),
     Sleep(Option<Waker>),
 }
@@ -74,7 +121,8 @@ impl Task {
     }
 }
 
-/// One timer. 40 bytes (a unit test pins it), plus the wheel's entry.
+/// A repeating task or an async timer. 40 bytes (a unit test pins it), plus the wheel's
+/// entry.
 pub(crate) struct Slot {
     /// The wheel key while `WAITING`; the next free slot while vacant.
     key: u64,
@@ -128,7 +176,10 @@ pub(crate) struct Due {
 }
 
 pub(crate) struct Shard {
-    pub(crate) wheel: Wheel<u32>,
+    pub(crate) wheel: Wheel<Payload>,
+    /// Outcome of the last one-shot callback that left each wheel entry, by entry index
+    /// (see the ground rules); grown on demand to the wheel's capacity.
+    finished: Vec<u32>,
     slots: Vec<Slot>,
     free: u32,
     /// The generation a slot pushed onto the slab starts with (per-timer seed).
@@ -148,6 +199,7 @@ impl Shard {
     pub(crate) fn new(seed: u32) -> Self {
         Shard {
             wheel: Wheel::starting_at(0),
+            finished: Vec::new(),
             slots: Vec::new(),
             free: NIL,
             fresh_gen: seed,
@@ -212,10 +264,16 @@ impl Shard {
 
     /// Links slot `index` at `tick`; returns `true` if the driver must be woken.
     fn link(&mut self, index: u32, tick: u64) -> bool {
-        let key = self.wheel.insert(tick, index);
+        let key = self.wheel.insert(tick, Payload::Slot(index));
         let slot = &mut self.slots[index as usize];
         slot.key = key.to_u64();
         slot.state = WAITING;
+        self.lower_target(tick)
+    }
+
+    /// Lowers the driver's target to `tick` if earlier; `true` if the driver must be woken.
+    #[inline]
+    fn lower_target(&mut self, tick: u64) -> bool {
         if tick < self.sleep_until {
             self.sleep_until = tick;
             true
@@ -224,17 +282,82 @@ impl Shard {
         }
     }
 
-    /// Schedules a callback (`ONCE` or `REPEAT`); returns `(slot, gen, wake driver)`.
-    pub(crate) fn schedule(&mut self, kind: u8, task: Task, tick: u64) -> (u32, u32, bool) {
-        let (index, gen) = self.alloc(kind, WAITING, task);
+    /// Records how the one-shot callback of wheel key `key` ended, for its handle.
+    fn finish_once(&mut self, key: TimerKey, cancelled: bool) {
+        let i = key_index(key) as usize;
+        if i >= self.finished.len() {
+            let len = self.wheel.capacity().max(i + 1);
+            self.finished.resize(len, u32::MAX);
+        }
+        self.finished[i] = finished_record(key_gen(key), cancelled);
+    }
+
+    /// Schedules a one-shot callback; returns `(wheel key index, generation, wake driver)`.
+    pub(crate) fn schedule_once(
+        &mut self,
+        f: Box<dyn FnOnce() + Send>,
+        tick: u64,
+    ) -> (u32, u32, bool) {
+        let key = self.wheel.insert(tick, Payload::Once(f));
+        self.pending += 1;
+        self.scheduled += 1;
+        (key_index(key), key_gen(key), self.lower_target(tick))
+    }
+
+    /// Cancels a one-shot callback: `Some(closure to drop)` if this prevented its run.
+    pub(crate) fn cancel_once(&mut self, index: u32, gen: u32) -> Option<Box<dyn FnOnce() + Send>> {
+        let key = make_key(index, gen);
+        match self.wheel.remove(key)? {
+            Payload::Once(f) => {
+                self.pending -= 1;
+                self.cancelled += 1;
+                self.finish_once(key, true);
+                Some(f)
+            }
+            Payload::Slot(slot) => {
+                // Cannot happen: a once handle's key names a `Payload::Once`. Put it back
+                // rather than lose a timer (the key changes; the slot learns the new one).
+                debug_assert!(false, "one-shot key {key:?} named slot {slot}");
+                let tick = self.wheel.now();
+                self.link(slot, tick);
+                None
+            }
+        }
+    }
+
+    /// The state byte of the one-shot callback a handle names, or `None` if unknown.
+    pub(crate) fn state_once(&self, index: u32, gen: u32) -> Option<u8> {
+        let key = make_key(index, gen);
+        if self.wheel.contains(key) {
+            return Some(WAITING);
+        }
+        let record = *self.finished.get(index as usize)?;
+        if record >> 1 != gen & (u32::MAX >> 1) {
+            return None;
+        }
+        Some(if record & FINISHED_CANCELLED != 0 {
+            CANCELLED
+        } else {
+            DONE
+        })
+    }
+
+    /// The deadline tick of a waiting one-shot callback.
+    pub(crate) fn deadline_once(&self, index: u32, gen: u32) -> Option<u64> {
+        self.wheel.deadline(make_key(index, gen))
+    }
+
+    /// Schedules a repeating task; returns `(slot, gen, wake driver)`.
+    pub(crate) fn schedule_repeat(&mut self, task: Box<Repeat>, tick: u64) -> (u32, u32, bool) {
+        let (index, gen) = self.alloc(REPEAT, WAITING, Task::Repeat(task));
         let wake = self.link(index, tick);
         self.pending += 1;
         self.scheduled += 1;
         (index, gen, wake)
     }
 
-    /// Cancels a callback: `Some(task to drop)` if this prevented a run (`Task::Empty` for a
-    /// repeating task whose run is in flight: its worker drops it).
+    /// Cancels a repeating task: `Some(task to drop)` if this prevented a run
+    /// (`Task::Empty` for a task whose run is in flight: its worker drops it).
     pub(crate) fn cancel(&mut self, index: u32, gen: u32) -> Option<Task> {
         let slot = self.live(index, gen)?;
         if slot.kind == SLEEP {
@@ -257,7 +380,8 @@ impl Shard {
         }
     }
 
-    /// The state byte of the callback a handle names, or `None` once its slot is reused.
+    /// The state byte of the repeating task a handle names, or `None` once its slot is
+    /// reused.
     pub(crate) fn state(&self, index: u32, gen: u32) -> Option<u8> {
         self.slots
             .get(index as usize)
@@ -265,7 +389,7 @@ impl Shard {
             .map(|s| s.state)
     }
 
-    /// The deadline tick of a waiting callback.
+    /// The deadline tick of a waiting repeating task.
     pub(crate) fn deadline(&mut self, index: u32, gen: u32) -> Option<u64> {
         let slot = self.live(index, gen)?;
         if slot.kind == SLEEP || slot.state != WAITING {
@@ -276,9 +400,8 @@ impl Shard {
     }
 
     /// Takes up to `limit` timers due at `now` out of the wheel into `due`. A one-shot
-    /// callback's task moves into `due.fires` and its slot is freed as `DONE` ("fired")
-    /// right here, while the driver has the slot in cache (a worker touching it again
-    /// after the run cost a cache miss per callback in bursts); a repeating task's slot
+    /// callback's closure moves into `due.fires` and its outcome is recorded as `DONE`
+    /// ("fired") right here, so a worker never touches the shard for it; a repeating task's slot
     /// stays, `RUNNING`, until its run ends; async timers become `DONE`. Returns whether
     /// it stopped at `limit` (more may be due) and how many one-shot callbacks it took
     /// (no longer in `pending`: the caller counts them in flight).
@@ -291,31 +414,31 @@ impl Shard {
     ) -> (bool, usize) {
         let mut once = 0;
         for _ in 0..limit {
-            let Some((_, index)) = self.wheel.poll(now) else {
+            let Some((key, payload)) = self.wheel.poll(now) else {
                 return (false, once);
             };
             let tick = self.wheel.now();
+            let index = match payload {
+                Payload::Once(f) => {
+                    self.pending -= 1;
+                    self.finish_once(key, false);
+                    once += 1;
+                    due.fires.push(Fire {
+                        tick,
+                        shard,
+                        slot: key_index(key),
+                        work: Work::Once(f),
+                    });
+                    continue;
+                }
+                Payload::Slot(index) => index,
+            };
             let slot = &mut self.slots[index as usize];
             match slot.kind {
                 SLEEP => {
                     slot.state = DONE;
                     if let Task::Sleep(waker) = slot.task.take() {
                         due.wakers.push((tick, waker));
-                    }
-                }
-                ONCE => {
-                    self.pending -= 1;
-                    match self.release(index, DONE) {
-                        Task::Once(f) => {
-                            once += 1;
-                            due.fires.push(Fire {
-                                tick,
-                                shard,
-                                slot: index,
-                                work: Work::Once(f),
-                            });
-                        }
-                        _ => debug_assert!(false, "one-shot slot {index} without its closure"),
                     }
                 }
                 _ => {
@@ -405,14 +528,20 @@ impl Shard {
     /// become `SHUTDOWN` and their wakers are returned to be woken.
     pub(crate) fn close(&mut self) -> (Vec<(u64, Work)>, Vec<Waker>) {
         self.closed = true;
-        let drained: Vec<(u64, u32)> = self
-            .wheel
-            .drain()
-            .map(|(_, tick, index)| (tick, index))
-            .collect();
+        let drained: Vec<(TimerKey, u64, Payload)> = self.wheel.drain().collect();
         let mut work = Vec::new();
         let mut wakers = Vec::new();
-        for (tick, index) in drained {
+        for (key, tick, payload) in drained {
+            let index = match payload {
+                Payload::Once(f) => {
+                    self.pending -= 1;
+                    self.cancelled += 1;
+                    self.finish_once(key, true);
+                    work.push((tick, Work::Once(f)));
+                    continue;
+                }
+                Payload::Slot(index) => index,
+            };
             let slot = &mut self.slots[index as usize];
             if slot.kind == SLEEP {
                 slot.state = SHUTDOWN;
@@ -423,10 +552,8 @@ impl Shard {
             }
             self.pending -= 1;
             self.cancelled += 1;
-            match self.release(index, CANCELLED) {
-                Task::Once(f) => work.push((tick, Work::Once(f))),
-                Task::Repeat(r) => work.push((tick, Work::Repeat(r))),
-                Task::Empty | Task::Sleep(_) => {}
+            if let Task::Repeat(r) = self.release(index, CANCELLED) {
+                work.push((tick, Work::Repeat(r)));
             }
         }
         (work, wakers)
@@ -533,11 +660,76 @@ mod tests {
     }
 
     #[test]
-    fn a_stale_handle_never_touches_the_newer_timer_in_its_slot() {
+    fn a_payload_is_16_bytes() {
+        assert_eq!(std::mem::size_of::<Payload>(), 16);
+    }
+
+    #[test]
+    fn wheel_keys_split_into_index_and_generation() {
+        let mut wheel = Wheel::starting_at(0);
+        let keys: Vec<TimerKey> = (0..3).map(|i| wheel.insert(10, i)).collect();
+        for (i, &key) in keys.iter().enumerate() {
+            assert_eq!(key_index(key) as usize, i, "slab index in the low bits");
+            assert_eq!(make_key(key_index(key), key_gen(key)), key);
+        }
+        let stale = keys[1];
+        assert_eq!(wheel.remove(stale), Some(1));
+        let reused = wheel.insert(10, 9);
+        assert_eq!(key_index(reused), key_index(stale), "LIFO reuse");
+        assert_ne!(key_gen(reused), key_gen(stale));
+    }
+
+    fn repeat() -> Box<Repeat> {
+        Box::new(Repeat {
+            f: Box::new(|| ()),
+            period: std::time::Duration::from_millis(1),
+            period_ticks: 1,
+            behavior: crate::MissedTickBehavior::Skip,
+            due: 10,
+        })
+    }
+
+    #[test]
+    fn a_stale_once_handle_never_touches_the_newer_timer_in_its_entry() {
         let mut shard = Shard::new(7);
-        let (a, gen_a, _) = shard.schedule(ONCE, Task::Once(Box::new(|| ())), 10);
+        let (a, gen_a, _) = shard.schedule_once(Box::new(|| ()), 10);
+        assert_eq!(shard.state_once(a, gen_a), Some(WAITING));
+        assert!(shard.cancel_once(a, gen_a).is_some());
+        assert_eq!(shard.state_once(a, gen_a), Some(CANCELLED));
+        let (b, gen_b, _) = shard.schedule_once(Box::new(|| ()), 10);
+        assert_eq!(a, b, "LIFO reuse of the freed entry");
+        assert_ne!(gen_a, gen_b);
+        assert!(
+            shard.cancel_once(a, gen_a).is_none(),
+            "stale handle cancels nothing"
+        );
+        assert_eq!(
+            shard.state_once(a, gen_a),
+            Some(CANCELLED),
+            "its own outcome"
+        );
+        assert_eq!(shard.state_once(b, gen_b), Some(WAITING));
+        assert_eq!(shard.deadline_once(a, gen_a), None);
+        assert_eq!(shard.deadline_once(b, gen_b), Some(10));
+        // The newer timer fires: the entry's record is now its, the old handle unknown.
+        let mut due = Due::default();
+        assert_eq!(shard.take_due(0, 10, &mut due, 8), (false, 1));
+        assert_eq!(due.fires.len(), 1);
+        assert_eq!(shard.state_once(b, gen_b), Some(DONE));
+        assert_eq!(shard.state_once(a, gen_a), None, "stale handle: unknown");
+        assert!(
+            shard.cancel_once(b, gen_b).is_none(),
+            "fired: nothing to cancel"
+        );
+        assert_eq!(shard.pending, 0);
+    }
+
+    #[test]
+    fn a_stale_repeat_handle_never_touches_the_newer_timer_in_its_slot() {
+        let mut shard = Shard::new(7);
+        let (a, gen_a, _) = shard.schedule_repeat(repeat(), 10);
         assert!(shard.cancel(a, gen_a).is_some());
-        let (b, gen_b, _) = shard.schedule(ONCE, Task::Once(Box::new(|| ())), 10);
+        let (b, gen_b, _) = shard.schedule_repeat(repeat(), 10);
         assert_eq!(a, b, "LIFO reuse of the freed slot");
         assert_ne!(gen_a, gen_b);
         assert!(

@@ -40,8 +40,11 @@ pub enum TaskState {
     /// Cancelled (by [`Timer::cancel`](crate::Timer::cancel), or returned by
     /// [`Timer::stop`](crate::Timer::stop)) before it ran.
     Cancelled,
-    /// The handle's slot has been reused by a newer timer: its own timer finished (ran or
-    /// was cancelled) earlier. Also the answer for a handle of another `Timer`.
+    /// The handle's own timer finished (ran or was cancelled) earlier and its slot has been
+    /// reused: for a repeating task, as soon as a newer timer takes the slot; for a one-shot
+    /// callback, once the newer timer in its slot has finished too (until then the handle
+    /// still reports its own `Done` or `Cancelled`). Also the answer for a handle of
+    /// another `Timer`.
     Unknown,
 }
 
@@ -50,13 +53,28 @@ pub enum TaskState {
 /// [`Timer::state`](crate::Timer::state) or [`Timer::deadline`](crate::Timer::deadline).
 ///
 /// Dropping a handle does nothing (it does not cancel). A handle whose timer has finished
-/// is inert: it cancels nothing and, once its slot holds a newer timer, reports
-/// [`TaskState::Unknown`]; it never acts on that newer timer.
+/// is inert: it cancels nothing and reports its own outcome or, once its slot has been
+/// reused, [`TaskState::Unknown`]; it never acts on, or reports, a newer timer in its slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TimerHandle {
+    /// The shard's index, with [`TimerHandle::REPEATING`] set for a repeating task.
     pub(crate) shard: u32,
+    /// A one-shot callback: its wheel entry; a repeating task: its side-slab slot.
     pub(crate) slot: u32,
     pub(crate) gen: u32,
+}
+
+impl TimerHandle {
+    /// Bit of `shard` marking a repeating task's handle (shards are at most 1024).
+    pub(crate) const REPEATING: u32 = 1 << 31;
+
+    pub(crate) fn shard_index(self) -> usize {
+        (self.shard & !Self::REPEATING) as usize
+    }
+
+    pub(crate) fn is_repeating(self) -> bool {
+        self.shard & Self::REPEATING != 0
+    }
 }
 
 /// A callback that never ran, handed back by [`Timer::stop`](crate::Timer::stop) so the

@@ -9,7 +9,7 @@ use crate::driver::{join_all, Inner};
 use crate::error::ScheduleError;
 use crate::interval::{Interval, MissedTickBehavior};
 use crate::metrics::{Counters, Metrics};
-use crate::shard::{Task, CANCELLED, CANCELLING, DONE, ONCE, REPEAT, RUNNING, WAITING};
+use crate::shard::{Shard, CANCELLED, CANCELLING, DONE, RUNNING, WAITING};
 use crate::sleep::Sleep;
 use crate::sync::{Arc, Mutex};
 use crate::task::{PendingTask, Repeat, TaskState, TimerHandle};
@@ -158,7 +158,7 @@ impl Timer {
         F: FnOnce() + Send + 'static,
     {
         let tick = self.inner().ticks.tick_ceil(at);
-        self.submit(ONCE, tick, Box::new(f), |f| Task::Once(f))
+        self.submit(0, Box::new(f), |s, f| s.schedule_once(f, tick))
             .map_err(|e| e.map(|f| *f))
     }
 
@@ -202,25 +202,27 @@ impl Timer {
         )
         .unwrap_or(u64::MAX)
         .max(1);
-        self.submit(REPEAT, tick, f, move |f| {
-            Task::Repeat(Box::new(Repeat {
+        self.submit(TimerHandle::REPEATING, f, move |s, f| {
+            let task = Box::new(Repeat {
                 f: Box::new(f),
                 period,
                 period_ticks,
                 behavior,
                 due: tick,
-            }))
+            });
+            s.schedule_repeat(task, tick)
         })
     }
 
     /// Links a new callback into the calling thread's shard, or refuses it (shutting down,
     /// stopped, or `max_pending`) and gives `payload` back.
+    /// `link` returns `(slot, generation, wake the driver)`; `flag` is or-ed into the
+    /// handle's shard field.
     fn submit<P>(
         &self,
-        kind: u8,
-        tick: u64,
+        flag: u32,
         payload: P,
-        into_task: impl FnOnce(P) -> Task,
+        link: impl FnOnce(&mut Shard, P) -> (u32, u32, bool),
     ) -> Result<TimerHandle, ScheduleError<P>> {
         let inner = self.inner();
         let refused = if inner.is_shutting_down() {
@@ -234,7 +236,7 @@ impl Timer {
                 if inner.is_full(i, s.pending) {
                     return Err(ScheduleError::Full(payload));
                 }
-                Ok(s.schedule(kind, into_task(payload), tick))
+                Ok(link(s, payload))
             });
             match linked {
                 Ok((slot, gen, wake)) => {
@@ -242,7 +244,7 @@ impl Timer {
                         inner.unpark_driver();
                     }
                     return Ok(TimerHandle {
-                        shard: i as u32,
+                        shard: i as u32 | flag,
                         slot,
                         gen,
                     });
@@ -275,30 +277,40 @@ impl Timer {
     /// ```
     pub fn cancel(&self, handle: TimerHandle) -> bool {
         let inner = self.inner();
-        let i = handle.shard as usize;
+        let i = handle.shard_index();
         if i >= inner.shard_count() {
             return false;
         }
-        match inner.with_shard(i, |s| s.cancel(handle.slot, handle.gen)) {
-            Some(task) => {
-                drop(task); // outside the lock
-                inner.released();
-                true
-            }
-            None => false,
+        let prevented = if handle.is_repeating() {
+            let task = inner.with_shard(i, |s| s.cancel(handle.slot, handle.gen));
+            task.map(drop).is_some() // dropped outside the lock
+        } else {
+            let f = inner.with_shard(i, |s| s.cancel_once(handle.slot, handle.gen));
+            f.map(drop).is_some()
+        };
+        if prevented {
+            inner.released();
         }
+        prevented
     }
 
-    /// The state of a callback now; [`TaskState::Unknown`] once its slot holds a newer
-    /// timer (or for another timer's handle).
+    /// The state of a callback now; [`TaskState::Unknown`] once its slot has been reused
+    /// (see there), or for another timer's handle.
     #[must_use]
     pub fn state(&self, handle: TimerHandle) -> TaskState {
         let inner = self.inner();
-        let i = handle.shard as usize;
+        let i = handle.shard_index();
         if i >= inner.shard_count() {
             return TaskState::Unknown;
         }
-        match inner.with_shard(i, |s| s.state(handle.slot, handle.gen)) {
+        let state = inner.with_shard(i, |s| {
+            if handle.is_repeating() {
+                s.state(handle.slot, handle.gen)
+            } else {
+                s.state_once(handle.slot, handle.gen)
+            }
+        });
+        match state {
             Some(WAITING) => TaskState::Waiting,
             Some(RUNNING) => TaskState::Running,
             Some(DONE) => TaskState::Done,
@@ -312,12 +324,18 @@ impl Timer {
     #[must_use]
     pub fn deadline(&self, handle: TimerHandle) -> Option<Instant> {
         let inner = self.inner();
-        let i = handle.shard as usize;
+        let i = handle.shard_index();
         if i >= inner.shard_count() {
             return None;
         }
         inner
-            .with_shard(i, |s| s.deadline(handle.slot, handle.gen))
+            .with_shard(i, |s| {
+                if handle.is_repeating() {
+                    s.deadline(handle.slot, handle.gen)
+                } else {
+                    s.deadline_once(handle.slot, handle.gen)
+                }
+            })
             .map(|tick| inner.instant_of(tick))
     }
 

@@ -324,3 +324,41 @@ fn stale_cancel_vs_slot_reuse() {
         assert_eq!(timer.stop().len(), 1);
     });
 }
+
+/// A one-shot callback lives in its wheel entry and its outcome is kept for its handle
+/// until the next timer in that entry finishes. A stale handle read while its entry is
+/// reused by a newer timer and that timer fires reports its own outcome or `Unknown`,
+/// never the newer timer's `Waiting` or `Done`, and cancels nothing.
+#[test]
+fn stale_state_vs_reuse_and_fire() {
+    model(|| {
+        let (timer, clock) = manual_timer();
+        let old = timer
+            .schedule(Duration::from_secs(60), || ())
+            .expect("schedule");
+        assert!(timer.cancel(old));
+        let reader = {
+            let timer = timer.clone();
+            thread::spawn(move || (timer.state(old), timer.cancel(old)))
+        };
+        let ran = Arc::new(AtomicUsize::new(0));
+        let r = Arc::clone(&ran);
+        let new = timer
+            .schedule(Duration::from_millis(1), move || {
+                r.fetch_add(1, SeqCst);
+            })
+            .expect("schedule");
+        clock.advance(Duration::from_millis(1));
+        timer.__turn();
+        let (seen, cancelled) = reader.join().expect("reader");
+        assert!(
+            matches!(seen, TaskState::Cancelled | TaskState::Unknown),
+            "stale handle reported {seen:?}"
+        );
+        assert!(!cancelled, "a stale handle cancels nothing");
+        assert_eq!(ran.load(SeqCst), 1, "the newer timer ran once");
+        assert_eq!(timer.state(new), TaskState::Done);
+        assert_eq!(timer.state(old), TaskState::Unknown);
+        assert_eq!(timer.pending(), 0);
+    });
+}

@@ -428,12 +428,22 @@ fn a_stale_handle_never_cancels_a_newer_timer_in_its_reused_slot() {
         .expect("schedule");
     assert_ne!(old, new);
     assert!(!timer.cancel(old), "the stale handle cancels nothing");
-    assert_eq!(timer.state(old), TaskState::Unknown);
+    assert_eq!(
+        timer.state(old),
+        TaskState::Cancelled,
+        "its own outcome, never the newer timer's state"
+    );
     assert_eq!(timer.deadline(old), None);
     assert_eq!(timer.state(new), TaskState::Waiting);
     clock.advance(Duration::from_millis(1));
     rx.recv_timeout(WAIT).expect("the newer timer still fires");
     eventually("done", || timer.state(new) == TaskState::Done);
+    assert_eq!(
+        timer.state(old),
+        TaskState::Unknown,
+        "the newer timer in the slot finished"
+    );
+    assert!(!timer.cancel(old));
     assert!(!timer.cancel(new));
     assert_eq!(timer.metrics().cancelled, 1);
 }
