@@ -282,14 +282,21 @@ impl Handle {
 /// find a job due next month by its key without a store read. Read page by page through the
 /// store's due-time index, keeping only the keys (bodies are dropped page by page).
 fn far_keys(store: &dyn Store, from: u64) -> Result<Vec<(TubeName, String, JobId)>, StoreError> {
-    const PAGE: usize = 4096;
+    far_keys_paged(store, from, 4096)
+}
+
+fn far_keys_paged(
+    store: &dyn Store,
+    from: u64,
+    page_len: usize,
+) -> Result<Vec<(TubeName, String, JobId)>, StoreError> {
     let mut keys = Vec::new();
     let mut from = from;
     // The last (until, id) taken: a page starts at its `until` again, so skip up to it.
     let mut last: Option<(u64, JobId)> = None;
     loop {
-        let page = store.delayed_between(from, u64::MAX, PAGE)?;
-        let full = page.len() == PAGE;
+        let page = store.delayed_between(from, u64::MAX, page_len)?;
+        let full = page.len() == page_len;
         let until_of = |r: &tickwheel_queue::JobRecord| match r.state {
             tickwheel_queue::DurableState::Delayed { until } => until,
             _ => 0,
@@ -331,5 +338,59 @@ async fn accept(listener: &Listener) -> std::io::Result<Stream> {
     match listener {
         Listener::Tcp(l) => l.accept().await.map(|(s, _)| Stream::Tcp(s)),
         Listener::Unix(l) => l.accept().await.map(|(s, _)| Stream::Unix(s)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use tickwheel_queue::{Change, DurableState, JobRecord};
+
+    #[test]
+    fn far_keys_are_read_whole_across_pages_and_crowded_milliseconds() {
+        let store = MemStore::new();
+        let tube = TubeName::new("t").expect("valid");
+        // Due times with many jobs in one millisecond (more than a page), some keyed.
+        let mut batch = Vec::new();
+        let mut expected = Vec::new();
+        for id in 1..=40u64 {
+            let until = match id {
+                1..=10 => 5_000,
+                11..=30 => 6_000 + id % 3,
+                _ => 9_000 + id,
+            };
+            let key = (id % 2 == 0).then(|| format!("k{id}"));
+            if let Some(k) = &key {
+                expected.push((tube.clone(), k.clone(), id));
+            }
+            batch.push(Change::Put(JobRecord {
+                id,
+                tube: tube.clone(),
+                priority: 0,
+                ttr: 1_000,
+                state: DurableState::Delayed { until },
+                created: 0,
+                body: Bytes::new(),
+                idempotency_key: key,
+            }));
+        }
+        // Before the window end: not far, not read.
+        batch.push(Change::Put(JobRecord {
+            id: 41,
+            tube: tube.clone(),
+            priority: 0,
+            ttr: 1_000,
+            state: DurableState::Delayed { until: 10 },
+            created: 0,
+            body: Bytes::new(),
+            idempotency_key: Some("near".into()),
+        }));
+        store.commit(&batch).expect("commit");
+        for page in [1, 2, 3, 7, 40, 1000] {
+            let mut keys = far_keys_paged(&store, 1_000, page).expect("read");
+            keys.sort_by_key(|k| k.2);
+            assert_eq!(keys, expected, "page of {page}");
+        }
     }
 }
