@@ -80,6 +80,7 @@ mod types;
 pub use engine::{Config, Engine};
 pub use stats::{CmdCounters, JobStats, Stats, TubeStats};
 pub use types::{
-    BadTubeName, Change, ClientId, DurableState, Error, Event, JobId, JobRecord, JobState, JobView,
-    Load, Millis, Reserve, TubeName, MAX_TUBE_NAME, SAFETY_MARGIN_MS, URGENT_PRIORITY,
+    BadTubeName, Change, ClientId, DurableState, Error, Event, JobDetail, JobId, JobRecord,
+    JobState, JobView, Load, Millis, NewJob, Reserve, TubeName, MAX_IDEMPOTENCY_KEY, MAX_TUBE_NAME,
+    SAFETY_MARGIN_MS, URGENT_PRIORITY,
 };

@@ -13,6 +13,8 @@ impl Engine {
             JobState::Delayed => {
                 let (tube, until) = (job.tube, job.deadline);
                 self.tube_mut(tube).delayed.remove(&(until, id));
+                // How late the clock that advanced the engine came, past the due time.
+                self.lateness.push(self.wheel.now().saturating_sub(until));
                 self.enter_ready(id);
             }
             JobState::Reserved if !job.warned => {
@@ -38,7 +40,9 @@ impl Engine {
             }
             JobState::Reserved => {
                 job.timeouts += 1;
+                let tube = job.tube;
                 self.job_timeouts += 1;
+                self.tube_mut(tube).timeouts += 1;
                 self.leave_state(id);
                 self.enter_ready(id);
             }
@@ -138,7 +142,9 @@ impl Engine {
             id,
             body: job.body.clone(),
         };
-        self.tube_mut(tube).reserved += 1;
+        let t = self.tube_mut(tube);
+        t.reserved += 1;
+        t.reserves += 1;
         if let Some(c) = self.clients.get_mut(&client) {
             c.reserved.insert(id);
         }
