@@ -7,6 +7,8 @@
 #   test_dropin.py        beanstalkd's command lines: no -b is in memory, one server per -b DIR,
 #                         unix sockets, -f/-F across restarts, --version's commit
 #   test_faults.py        the data directory's disk fills up (a tmpfs; needs root and mount)
+#   test_postgres.py      --postgres: a node on a throw-away PostgreSQL, SQL put in an app's
+#                         transaction (psycopg), fail-over to a standby after kill -9
 # Works on a fresh Debian machine with Rust, Python 3 and apt: installs beanstalkd (as root)
 # if it is missing, makes a virtualenv under the cargo target dir (ignored by git), builds
 # the server in release mode and runs pytest. Extra arguments go to pytest (e.g. -k crash).
@@ -37,6 +39,9 @@ if ! command -v tmux >/dev/null; then
 fi
 command -v tmux
 
+step "postgresql (test_postgres.py starts throw-away clusters)"
+bash ci/postgres.sh
+
 TARGET="${CARGO_TARGET_DIR:-$PWD/target}"
 VENV="${E2E_VENV:-$TARGET/e2e-venv}"
 PYTHON="${PYTHON:-python3}"
@@ -45,7 +50,7 @@ step "virtualenv $VENV"
 if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check pytest pytest-rerunfailures greenstalk pystalk
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check pytest pytest-rerunfailures greenstalk pystalk "psycopg[binary]"
 
 step "build tickwheel-server (release)"
 cargo build --release -p tickwheel-server
