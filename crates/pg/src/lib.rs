@@ -84,7 +84,9 @@ impl PgOptions {
 #[non_exhaustive]
 pub enum PgError {
     /// The schema name is not a plain identifier.
-    #[error("bad schema name {0:?}: use 1-50 characters of a-z, 0-9 and _, not starting with a digit")]
+    #[error(
+        "bad schema name {0:?}: use 1-50 characters of a-z, 0-9 and _, not starting with a digit"
+    )]
     BadSchemaName(String),
     /// The database's schema is newer than this build.
     #[error("schema {schema} has version {found}, but this build knows only up to version {known}: upgrade tickwheel-server (refusing to start)")]
@@ -263,14 +265,20 @@ impl PgStore {
 
     fn db_error(&self, e: postgres::Error) -> StoreError {
         StoreError::Engine {
-            path: PathBuf::from(format!("postgresql schema {}", self.options.schema.as_str())),
+            path: PathBuf::from(format!(
+                "postgresql schema {}",
+                self.options.schema.as_str()
+            )),
             source: Arc::new(e),
         }
     }
 
     fn corrupt(&self, detail: String) -> StoreError {
         StoreError::Corrupt {
-            file: PathBuf::from(format!("postgresql table {}.jobs", self.options.schema.as_str())),
+            file: PathBuf::from(format!(
+                "postgresql table {}.jobs",
+                self.options.schema.as_str()
+            )),
             offset: 0,
             detail,
         }
@@ -426,6 +434,26 @@ impl PgStore {
     }
 }
 
+impl PgStore {
+    /// Which of `ids` have a row (the rest were deleted).
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn existing(&self, ids: &[JobId]) -> Result<Vec<JobId>, StoreError> {
+        let sql = format!(
+            "SELECT id FROM {}.jobs WHERE id = ANY($1::bigint[])",
+            self.options.schema.as_str()
+        );
+        let ids: Vec<i64> = ids.iter().map(|id| big(*id)).collect();
+        let rows = self.read_with(|c| c.query(&sql, &[&ids]))?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| u64::try_from(r.get::<_, i64>(0)).ok())
+            .collect())
+    }
+}
+
 /// A broken connection (retry on a new one) rather than a statement the database refused.
 fn is_connection_error(e: &postgres::Error) -> bool {
     if e.is_closed() {
@@ -456,7 +484,9 @@ impl Store for PgStore {
                 Ok(mut guard) => {
                     let client = guard.as_mut().expect("connection() fills the slot");
                     let r = self.commit_once(client, batch);
-                    if r.as_ref().is_err_and(|e| client.is_closed() || is_connection_error(e)) {
+                    if r.as_ref()
+                        .is_err_and(|e| client.is_closed() || is_connection_error(e))
+                    {
                         *guard = None;
                     }
                     r
@@ -465,9 +495,7 @@ impl Store for PgStore {
             };
             match attempt {
                 Ok(()) => {
-                    if !self.reachable.swap(true, Ordering::Relaxed) {
-                        eprintln!("tickwheel-pg: the database is reachable again");
-                    }
+                    self.reachable.store(true, Ordering::Relaxed);
                     return Ok(());
                 }
                 Err(e) if is_connection_error(&e) && Instant::now() < deadline => {

@@ -74,7 +74,8 @@ impl SchemaName {
     }
 
     fn render(&self, sql: &str) -> String {
-        sql.replace("{schema}", &self.0).replace("{channel}", &self.0)
+        sql.replace("{schema}", &self.0)
+            .replace("{channel}", &self.0)
     }
 }
 

@@ -140,7 +140,11 @@ fn migrations_are_idempotent_and_a_newer_schema_is_refused() {
     let mut other = options.clone();
     other.schema = SchemaName::new("other").expect("valid");
     let store = PgStore::open(&other).expect("another schema in the same database");
-    assert!(store.recover(u64::MAX).expect("recover").resident.is_empty());
+    assert!(store
+        .recover(u64::MAX)
+        .expect("recover")
+        .resident
+        .is_empty());
 
     let mut client = Client::connect(&cluster.url(), NoTls).expect("connect");
     client
@@ -166,7 +170,9 @@ fn sql_put_takes_part_in_the_callers_transaction() {
     };
     let store = PgStore::open(&options).expect("open");
     let mut listener = Client::connect(&cluster.url(), NoTls).expect("connect");
-    listener.batch_execute("LISTEN tickwheel_put").expect("listen");
+    listener
+        .batch_execute("LISTEN tickwheel_put")
+        .expect("listen");
     let mut app = Client::connect(&cluster.url(), NoTls).expect("connect");
 
     let mut tx = app.transaction().expect("begin");
@@ -229,7 +235,10 @@ fn sql_put_takes_part_in_the_callers_transaction() {
         .get(0);
     assert!(deleted);
     tx.rollback().expect("rollback");
-    assert!(store.get(id as u64).expect("get").is_some(), "rollback keeps it");
+    assert!(
+        store.get(id as u64).expect("get").is_some(),
+        "rollback keeps it"
+    );
     let deleted: bool = app
         .query_one("SELECT tickwheel.delete($1)", &[&id])
         .expect("delete")
@@ -286,8 +295,8 @@ fn a_standby_waits_for_the_active_node_and_takes_over() {
     let Some((_cluster, options)) = setup() else {
         return;
     };
-    let active = ActiveLock::acquire(&options, || panic!("the first node does not wait"))
-        .expect("acquire");
+    let active =
+        ActiveLock::acquire(&options, || panic!("the first node does not wait")).expect("acquire");
     let (tx, rx) = std::sync::mpsc::channel();
     let o = options.clone();
     let standby = std::thread::spawn(move || {

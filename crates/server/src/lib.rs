@@ -29,16 +29,20 @@
 
 #![forbid(unsafe_code)]
 
+mod cluster;
 mod conn;
 mod shared;
 mod stats;
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
 pub use tickwheel::{Clock, ManualClock, SystemClock};
-use tickwheel_queue::Engine;
+use tickwheel_pg::{ActiveLock, PgStore};
+pub use tickwheel_pg::{PgOptions, SchemaName};
+use tickwheel_queue::{Engine, JobId};
 use tickwheel_store::{DiskOptions, DiskStore, Durability, MemStore, Store};
 use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
@@ -73,6 +77,11 @@ pub struct Config {
     /// and writes resume by themselves once space is freed. 0 turns the guard off. See
     /// [`DiskOptions::min_free_bytes`].
     pub min_free_bytes: u64,
+    /// Store jobs in PostgreSQL instead (`--postgres URL`; `data_dir`, `durability` and
+    /// `min_free_bytes` are then unused): the node serves while it holds the schema's
+    /// active-node lock and waits for it as a standby otherwise. See
+    /// `docs/decisions/0008-postgresql-backend.md`.
+    pub postgres: Option<PgOptions>,
 }
 
 impl Default for Config {
@@ -84,6 +93,7 @@ impl Default for Config {
             window: Some(DEFAULT_WINDOW_MS),
             clock: Arc::new(SystemClock),
             min_free_bytes: tickwheel_store::DEFAULT_MIN_FREE_BYTES,
+            postgres: None,
         }
     }
 }
@@ -131,6 +141,8 @@ pub struct Server {
     shared: Arc<Shared>,
     max_job_size: usize,
     recovered_jobs: usize,
+    /// On PostgreSQL: what the watcher thread needs once the server runs.
+    postgres: Option<(Arc<PgStore>, ActiveLock, HashSet<JobId>)>,
 }
 
 impl Server {
@@ -143,6 +155,9 @@ impl Server {
     /// use by pid N"), or its contents are corrupt (the error names the file and offset where
     /// the store can tell).
     pub fn open(config: &Config) -> anyhow::Result<Server> {
+        if let Some(options) = &config.postgres {
+            return Server::open_postgres(config, options);
+        }
         let store: Arc<dyn Store> = match &config.data_dir {
             Some(dir) => {
                 std::fs::create_dir_all(dir)
@@ -181,6 +196,40 @@ impl Server {
             shared: Arc::new(shared),
             max_job_size: config.max_job_size,
             recovered_jobs,
+            postgres: None,
+        })
+    }
+
+    /// [`Server::open`] on PostgreSQL: waits to become the schema's active node, then
+    /// recovers from the database.
+    fn open_postgres(config: &Config, options: &PgOptions) -> anyhow::Result<Server> {
+        let (now, _) = shared::wall_millis(config.clock.system_time());
+        let engine_config = tickwheel_queue::Config {
+            max_job_size: config.max_job_size,
+            window: config.window,
+        };
+        let opened = cluster::open(options, engine_config.window_end_at(now))?;
+        // The clock again: waiting as a standby may have taken hours.
+        let (now, _) = shared::wall_millis(config.clock.system_time());
+        let recovered = opened.recovered;
+        let adopted = cluster::foreign_ids(&recovered);
+        let far_jobs: u64 = recovered.far_delayed.iter().map(|(_, n)| n).sum();
+        let recovered_jobs = recovered.resident.len() + far_jobs as usize;
+        let engine = Engine::recover_windowed(
+            engine_config,
+            now,
+            recovered.next_id,
+            recovered.resident,
+            recovered.far_delayed,
+        );
+        let store: Arc<dyn Store> = opened.store.clone();
+        let shared = Shared::new(engine, store, config.clock.clone())
+            .context("cannot start the commit and timer threads")?;
+        Ok(Server {
+            shared: Arc::new(shared),
+            max_job_size: config.max_job_size,
+            recovered_jobs,
+            postgres: Some((opened.store, opened.lock, adopted)),
         })
     }
 
@@ -201,7 +250,19 @@ impl Server {
     /// Serves connections until `shutdown` is cancelled; then stops accepting, lets the
     /// connections finish the command in hand, and returns once everything acknowledged is
     /// durable.
-    pub async fn run(self, listener: Listener, shutdown: CancellationToken) {
+    pub async fn run(mut self, listener: Listener, shutdown: CancellationToken) {
+        let _watcher = match self.postgres.take() {
+            Some((store, lock, adopted)) => {
+                match cluster::Watcher::start(self.shared.clone(), store, lock, adopted) {
+                    Ok(watcher) => Some(watcher),
+                    Err(error) => {
+                        tracing::error!(%error, "cannot start the PostgreSQL watcher thread");
+                        return;
+                    }
+                }
+            }
+            None => None,
+        };
         let tracker = TaskTracker::new();
         tracker.spawn(shared::drive_timers(self.shared.clone(), shutdown.clone()));
         loop {

@@ -71,6 +71,8 @@ pub(crate) struct Shared {
     /// Writes are being refused for lack of free space (logged once when it starts and once
     /// when it ends).
     low_space: AtomicBool,
+    /// Writes are being refused because the database is unreachable (PostgreSQL backend).
+    unreachable: AtomicBool,
 }
 
 impl Shared {
@@ -115,6 +117,7 @@ impl Shared {
             latest: AtomicU64::new(0),
             failure_logged: AtomicBool::new(false),
             low_space: AtomicBool::new(false),
+            unreachable: AtomicBool::new(false),
         })
     }
 
@@ -218,6 +221,11 @@ impl Shared {
                         "free space is back above the reserve: writes are accepted again"
                     );
                 }
+                if self.unreachable.load(Ordering::Relaxed)
+                    && self.unreachable.swap(false, Ordering::Relaxed)
+                {
+                    tracing::info!("the database answers again: writes are accepted again");
+                }
                 true
             }
             Err(error @ StoreError::LowSpace { .. }) => {
@@ -227,6 +235,17 @@ impl Shared {
                         "refusing writes (INTERNAL_ERROR) until space is freed; reads keep \
                          working and nothing acknowledged is affected (--min-free-space sets \
                          the reserve)"
+                    );
+                }
+                false
+            }
+            Err(error @ StoreError::Unavailable { .. }) => {
+                if !self.unreachable.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        %error,
+                        "refusing writes (INTERNAL_ERROR) while the database is unreachable; \
+                         reads keep working, writes in flight wait for it, nothing acknowledged \
+                         is affected"
                     );
                 }
                 false

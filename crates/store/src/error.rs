@@ -107,7 +107,9 @@ pub enum StoreError {
     /// The store's database cannot be reached now (a commit is retrying on a broken
     /// connection): the write was refused before anything was changed. Does not poison:
     /// writes are accepted again once the database answers.
-    #[error("{what} is unreachable, so the write was refused before anything was changed: {detail}")]
+    #[error(
+        "{what} is unreachable, so the write was refused before anything was changed: {detail}"
+    )]
     Unavailable {
         /// The database.
         what: String,

@@ -135,10 +135,15 @@ impl Cluster {
         }
         let data = cluster.dir.join("data");
         let mut initdb = as_pg_user(&cluster.bin.join("initdb"));
-        initdb
-            .arg("-D")
-            .arg(&data)
-            .args(["-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8"]);
+        initdb.arg("-D").arg(&data).args([
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+            "--no-sync",
+            "-E",
+            "UTF8",
+        ]);
         run(initdb, "initdb")?;
         // The port may be taken between free_port and the server's bind; try a few.
         let mut last = String::new();
@@ -179,8 +184,15 @@ impl Cluster {
     /// `createdb` failed.
     pub fn create_db(&self, name: &str) -> Result<String, String> {
         let mut c = Command::new(self.bin.join("createdb"));
-        c.args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres"])
-            .arg(name);
+        c.args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &self.port.to_string(),
+            "-U",
+            "postgres",
+        ])
+        .arg(name);
         run(c, "createdb")?;
         Ok(format!(
             "postgres://postgres@127.0.0.1:{}/{}",
@@ -245,9 +257,14 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         if !self.stopped {
             let mut ctl = as_pg_user(&self.bin.join("pg_ctl"));
-            ctl.arg("-D")
-                .arg(self.dir.join("data"))
-                .args(["-w", "-t", "30", "-m", "immediate", "stop"]);
+            ctl.arg("-D").arg(self.dir.join("data")).args([
+                "-w",
+                "-t",
+                "30",
+                "-m",
+                "immediate",
+                "stop",
+            ]);
             let _ = run(ctl, "pg_ctl stop");
         }
         let _ = std::fs::remove_dir_all(&self.dir);

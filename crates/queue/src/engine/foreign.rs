@@ -55,7 +55,14 @@ impl Engine {
             _ => 0,
         };
         let created = record.created.min(now);
-        let job = Job::new(tube, record.priority, record.ttr, delay, created, record.body);
+        let job = Job::new(
+            tube,
+            record.priority,
+            record.ttr,
+            delay,
+            created,
+            record.body,
+        );
         self.add_job(record.id, job);
         match record.state {
             DurableState::Ready => self.enter_ready(record.id),
@@ -64,6 +71,24 @@ impl Engine {
             DurableState::Delayed { until } => self.enter_delayed(record.id, until),
         }
         self.serve_deferred();
+    }
+
+    /// Drops a job another producer already deleted from the store (the PostgreSQL
+    /// `tickwheel.delete(id)` function), unless a client holds it: a reserved job stays with its
+    /// holder, as beanstalkd's `delete` from another connection answers `NOT_FOUND`. Records
+    /// nothing for the store and counts no command. Returns whether the job was dropped.
+    pub fn forget(&mut self, id: JobId) -> bool {
+        let Some(job) = self.jobs.get(&id) else {
+            return false;
+        };
+        if job.state == JobState::Reserved {
+            return false;
+        }
+        let tube = job.tube;
+        self.leave_state(id);
+        self.jobs.remove(&id);
+        self.drop_if_unused(tube);
+        true
     }
 }
 
@@ -89,10 +114,7 @@ mod tests {
         let client = ClientId(1);
         engine.connect(client);
         engine.watch(10, client, &TubeName::new("t").expect("valid"));
-        assert!(matches!(
-            engine.reserve(10, client, None),
-            Reserve::Waiting
-        ));
+        assert!(matches!(engine.reserve(10, client, None), Reserve::Waiting));
         engine.adopt(record(FOREIGN_ID_BASE + 7, DurableState::Ready));
         let events = engine.take_events();
         assert!(
@@ -102,11 +124,36 @@ mod tests {
         assert!(engine.take_changes().is_empty());
         // Adopting twice changes nothing; the engine's own ids still start at 1.
         engine.adopt(record(FOREIGN_ID_BASE + 7, DurableState::Buried));
-        assert_eq!(engine.job_state(FOREIGN_ID_BASE + 7), Some(JobState::Reserved));
+        assert_eq!(
+            engine.job_state(FOREIGN_ID_BASE + 7),
+            Some(JobState::Reserved)
+        );
         let id = engine
             .put(10, ClientId(2), 1, 0, 1000, Bytes::new())
             .expect("put");
         assert_eq!(id, 1);
+    }
+
+    #[test]
+    fn forget_drops_unreserved_jobs_only() {
+        let mut engine = Engine::new(Config::default(), 10);
+        engine.adopt(record(FOREIGN_ID_BASE, DurableState::Ready));
+        engine.adopt(record(FOREIGN_ID_BASE + 1, DurableState::Ready));
+        let client = ClientId(1);
+        engine.connect(client);
+        engine.watch(10, client, &TubeName::new("t").expect("valid"));
+        assert!(
+            matches!(engine.reserve(10, client, None), Reserve::Job(j) if j.id == FOREIGN_ID_BASE)
+        );
+        assert!(
+            !engine.forget(FOREIGN_ID_BASE),
+            "reserved: stays with its holder"
+        );
+        assert!(engine.forget(FOREIGN_ID_BASE + 1));
+        assert_eq!(engine.job_state(FOREIGN_ID_BASE + 1), None);
+        assert!(!engine.forget(FOREIGN_ID_BASE + 1), "gone already");
+        assert!(engine.take_changes().is_empty());
+        assert_eq!(engine.stats().cmd.delete, 0, "not a client's command");
     }
 
     #[test]
@@ -131,9 +178,19 @@ mod tests {
             },
             0,
         );
-        engine.adopt(record(FOREIGN_ID_BASE, DurableState::Delayed { until: 5000 }));
-        assert_eq!(engine.job_state(FOREIGN_ID_BASE), None, "far: not in memory");
-        assert!(engine.needs_load(FOREIGN_ID_BASE), "reachable by id through a load");
+        engine.adopt(record(
+            FOREIGN_ID_BASE,
+            DurableState::Delayed { until: 5000 },
+        ));
+        assert_eq!(
+            engine.job_state(FOREIGN_ID_BASE),
+            None,
+            "far: not in memory"
+        );
+        assert!(
+            engine.needs_load(FOREIGN_ID_BASE),
+            "reachable by id through a load"
+        );
         assert_eq!(engine.stats().delayed, 1);
     }
 }
