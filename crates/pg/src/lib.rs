@@ -8,8 +8,9 @@
 //!   that decides which job to hand out, so no statement ever searches the table for the next
 //!   job (the dead-tuple "graveyard" of table-as-queue designs); every write is by primary key.
 //! - [`PgStore::commit`] writes a whole group commit (the batches of every client queued while
-//!   the previous commit ran) as one transaction of multi-row statements (`unnest` arrays), and
-//!   returns after `COMMIT`. Batches are idempotent (upserts, absolute updates, deletes of
+//!   the previous commit ran) as one prepared statement (data-modifying CTEs over `unnest`
+//!   arrays: one round trip, one implicit transaction, one WAL flush), and returns after its
+//!   commit. Batches are idempotent (upserts, absolute updates, deletes of
 //!   missing rows are no-ops), so a commit whose outcome is unknown after a broken connection is
 //!   replayed on a new one, for up to [`PgOptions::retry`]; meanwhile [`Store::writable`]
 //!   refuses new writes with [`StoreError::Unavailable`].
@@ -46,7 +47,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use postgres::{Client, NoTls, Row};
+use postgres::{Client, NoTls, Row, Statement};
 use tickwheel_queue::{Change, DurableState, JobId, JobRecord, TubeName, FOREIGN_ID_BASE};
 use tickwheel_store::{validate, Recovered, Store, StoreError};
 
@@ -108,7 +109,8 @@ pub enum PgError {
 pub struct PgStore {
     options: PgOptions,
     sql: Sql,
-    commit: Mutex<Option<Client>>,
+    /// The commit connection and its prepared commit statement.
+    commit: Mutex<Option<(Client, Statement)>>,
     read: Mutex<Option<Client>>,
     /// False from a commit that failed on a broken connection until one succeeds again.
     reachable: AtomicBool,
@@ -124,10 +126,7 @@ impl std::fmt::Debug for PgStore {
 
 /// The statements, rendered for one schema.
 struct Sql {
-    upsert: String,
-    update: String,
-    delete: String,
-    reserve_ids: String,
+    commit: String,
     resident: String,
     far: String,
     next_id: String,
@@ -141,25 +140,31 @@ impl Sql {
     fn new(schema: &SchemaName) -> Sql {
         let s = schema.as_str();
         Sql {
-            upsert: format!(
-                "INSERT INTO {s}.jobs ({COLUMNS})
-                 SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[],
-                                      $5::smallint[], $6::bigint[], $7::bigint[], $8::bytea[])
-                 ON CONFLICT (id) DO UPDATE SET tube = excluded.tube,
-                     priority = excluded.priority, ttr_ms = excluded.ttr_ms,
-                     state = excluded.state, until_ms = excluded.until_ms,
-                     created_ms = excluded.created_ms, body = excluded.body"
-            ),
-            update: format!(
-                "UPDATE {s}.jobs j SET state = u.state, until_ms = u.until_ms,
-                     priority = u.priority
-                 FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])
-                     AS u(id, state, until_ms, priority)
-                 WHERE j.id = u.id"
-            ),
-            delete: format!("DELETE FROM {s}.jobs WHERE id = ANY($1::bigint[])"),
-            reserve_ids: format!(
-                "UPDATE {s}.meta SET value = greatest(value, $1) WHERE key = 'next_id'"
+            // The whole group commit in one statement (one round trip, one implicit
+            // transaction): the data-modifying CTEs touch disjoint rows (the batch is folded
+            // to one change per id first).
+            commit: format!(
+                "WITH up AS (
+                     INSERT INTO {s}.jobs ({COLUMNS})
+                     SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[],
+                                          $5::smallint[], $6::bigint[], $7::bigint[], $8::bytea[])
+                     ON CONFLICT (id) DO UPDATE SET tube = excluded.tube,
+                         priority = excluded.priority, ttr_ms = excluded.ttr_ms,
+                         state = excluded.state, until_ms = excluded.until_ms,
+                         created_ms = excluded.created_ms, body = excluded.body
+                 ), upd AS (
+                     UPDATE {s}.jobs j SET state = u.state, until_ms = u.until_ms,
+                         priority = u.priority
+                     FROM unnest($9::bigint[], $10::smallint[], $11::bigint[], $12::bigint[])
+                         AS u(id, state, until_ms, priority)
+                     WHERE j.id = u.id
+                 ), del AS (
+                     DELETE FROM {s}.jobs WHERE id = ANY($13::bigint[])
+                 ), ids AS (
+                     UPDATE {s}.meta SET value = greatest(value, $14::bigint)
+                     WHERE key = 'next_id' AND $14::bigint IS NOT NULL
+                 )
+                 SELECT 1"
             ),
             resident: format!(
                 "SELECT {COLUMNS} FROM {s}.jobs WHERE NOT (state = 1 AND until_ms >= $1)
@@ -249,10 +254,11 @@ impl PgStore {
     pub fn open(options: &PgOptions) -> Result<PgStore, PgError> {
         let mut client = Client::connect(&options.url, NoTls)?;
         migrate(&mut client, &options.schema)?;
+        drop(client);
         Ok(PgStore {
             sql: Sql::new(&options.schema),
             options: options.clone(),
-            commit: Mutex::new(Some(client)),
+            commit: Mutex::new(None),
             read: Mutex::new(None),
             reachable: AtomicBool::new(true),
         })
@@ -322,7 +328,26 @@ impl PgStore {
         Err(self.db_error(last.expect("the loop ran")))
     }
 
-    fn commit_once(&self, client: &mut Client, batch: &[Change]) -> Result<(), postgres::Error> {
+    /// The commit connection, (re)connected with its statement prepared.
+    fn commit_connection(
+        &self,
+    ) -> Result<MutexGuard<'_, Option<(Client, Statement)>>, postgres::Error> {
+        let mut guard = self.commit.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.as_ref().is_none_or(|(c, _)| c.is_closed()) {
+            *guard = None;
+            let mut client = Client::connect(&self.options.url, NoTls)?;
+            let statement = client.prepare(&self.sql.commit)?;
+            *guard = Some((client, statement));
+        }
+        Ok(guard)
+    }
+
+    fn commit_once(
+        &self,
+        client: &mut Client,
+        statement: &Statement,
+        batch: &[Change],
+    ) -> Result<(), postgres::Error> {
         let (net, ids_end) = fold(batch);
         let mut up_id = Vec::new();
         let mut up_tube = Vec::new();
@@ -358,32 +383,27 @@ impl PgStore {
                 Net::Delete => deleted.push(big(*id)),
             }
         }
-        let mut tx = client.transaction()?;
-        if !up_id.is_empty() {
-            tx.execute(
-                &self.sql.upsert,
-                &[
-                    &up_id,
-                    &up_tube,
-                    &up_pri,
-                    &up_ttr,
-                    &up_state,
-                    &up_until,
-                    &up_created,
-                    &up_body,
-                ],
-            )?;
-        }
-        if !u_id.is_empty() {
-            tx.execute(&self.sql.update, &[&u_id, &u_state, &u_until, &u_pri])?;
-        }
-        if !deleted.is_empty() {
-            tx.execute(&self.sql.delete, &[&deleted])?;
-        }
-        if let Some(end) = ids_end {
-            tx.execute(&self.sql.reserve_ids, &[&big(end)])?;
-        }
-        tx.commit()
+        let ids_end: Option<i64> = ids_end.map(big);
+        client.execute(
+            statement,
+            &[
+                &up_id,
+                &up_tube,
+                &up_pri,
+                &up_ttr,
+                &up_state,
+                &up_until,
+                &up_created,
+                &up_body,
+                &u_id,
+                &u_state,
+                &u_until,
+                &u_pri,
+                &deleted,
+                &ids_end,
+            ],
+        )?;
+        Ok(())
     }
 
     fn decode(&self, row: &Row) -> Result<JobRecord, StoreError> {
@@ -480,10 +500,11 @@ impl Store for PgStore {
         let deadline = Instant::now() + self.options.retry;
         let mut backoff = Duration::from_millis(50);
         loop {
-            let attempt = match self.connection(&self.commit) {
+            let attempt = match self.commit_connection() {
                 Ok(mut guard) => {
-                    let client = guard.as_mut().expect("connection() fills the slot");
-                    let r = self.commit_once(client, batch);
+                    let (client, statement) =
+                        guard.as_mut().expect("commit_connection() fills the slot");
+                    let r = self.commit_once(client, statement, batch);
                     if r.as_ref()
                         .is_err_and(|e| client.is_closed() || is_connection_error(e))
                     {
