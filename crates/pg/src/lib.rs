@@ -19,7 +19,7 @@
 //! - `<schema>.put(tube, body, delay, pri, ttr)` and `<schema>.delete(id)` (created by the
 //!   migrations) take part in the caller's transaction and announce committed changes with
 //!   NOTIFY ([`SchemaName::put_channel`]); jobs put so get ids from
-//!   [`FOREIGN_ID_BASE`](tickwheel_queue::FOREIGN_ID_BASE) up.
+//!   [`FOREIGN_ID_BASE`] up.
 //! - [`ActiveLock`]: the session advisory lock that makes one node the active one; standbys
 //!   wait on it and take over when the active node's session ends.
 //!
