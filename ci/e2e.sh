@@ -9,6 +9,8 @@
 #   test_faults.py        the data directory's disk fills up (a tmpfs; needs root and mount)
 #   test_postgres.py      --postgres: a node on a throw-away PostgreSQL, SQL put in an app's
 #                         transaction (psycopg), fail-over to a standby after kill -9
+# TICKWHEEL_E2E_BACKEND=postgres runs the module-wide `tickwheel` server (test_clients.py) on
+# PostgreSQL instead of -b DIR (ci/test.sh does so for test_clients.py).
 # Works on a fresh Debian machine with Rust, Python 3 and apt: installs beanstalkd (as root)
 # if it is missing, makes a virtualenv under the cargo target dir (ignored by git), builds
 # the server in release mode and runs pytest. Extra arguments go to pytest (e.g. -k crash).

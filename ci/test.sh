@@ -40,3 +40,5 @@ bash ci/package.sh
 bash ci/loom.sh
 bash ci/fuzz.sh
 bash ci/e2e.sh
+# The greenstalk/pystalk suite once more, against a node on PostgreSQL (--postgres).
+TICKWHEEL_E2E_BACKEND=postgres bash ci/e2e.sh -k test_clients

@@ -155,9 +155,15 @@ def module_dir():
 
 
 @pytest.fixture(scope="module")
-def tickwheel(module_dir):
-    """A tickwheel-server for the whole module, on a free port with its own data dir."""
-    server = tickwheel_process(os.path.join(module_dir, "data"), module_dir)
+def tickwheel(module_dir, request):
+    """A tickwheel-server for the whole module, on a free port with its own data dir; with
+    TICKWHEEL_E2E_BACKEND=postgres, on a fresh database of a throw-away PostgreSQL instead
+    (`TICKWHEEL_E2E_BACKEND=postgres bash ci/e2e.sh -k test_clients`)."""
+    if os.environ.get("TICKWHEEL_E2E_BACKEND") == "postgres":
+        url = request.getfixturevalue("pg_cluster").create_db()
+        server = tickwheel_pg_process(url, module_dir)
+    else:
+        server = tickwheel_process(os.path.join(module_dir, "data"), module_dir)
     server.start()
     yield server
     server.close()
