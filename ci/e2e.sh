@@ -9,6 +9,10 @@
 #   test_faults.py        the data directory's disk fills up (a tmpfs; needs root and mount)
 #   test_http.py          the HTTP/JSON API, /metrics (prometheus_client's parser), auth, limits,
 #                         idempotency keys across a restart, schemathesis on /openapi.json
+#   test_postgres.py      --postgres: a node on a throw-away PostgreSQL, SQL put in an app's
+#                         transaction (psycopg), fail-over to a standby after kill -9
+# TICKWHEEL_E2E_BACKEND=postgres runs the module-wide `tickwheel` server (test_clients.py) on
+# PostgreSQL instead of -b DIR (ci/test.sh does so for test_clients.py).
 # Works on a fresh Debian machine with Rust, Python 3 and apt: installs beanstalkd (as root)
 # if it is missing, makes a virtualenv under the cargo target dir (ignored by git), builds
 # the server in release mode and runs pytest. Extra arguments go to pytest (e.g. -k crash).
@@ -39,6 +43,9 @@ if ! command -v tmux >/dev/null; then
 fi
 command -v tmux
 
+step "postgresql (test_postgres.py starts throw-away clusters)"
+bash ci/postgres.sh
+
 TARGET="${CARGO_TARGET_DIR:-$PWD/target}"
 VENV="${E2E_VENV:-$TARGET/e2e-venv}"
 PYTHON="${PYTHON:-python3}"
@@ -47,7 +54,7 @@ step "virtualenv $VENV"
 if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check pytest pytest-rerunfailures greenstalk pystalk prometheus_client schemathesis
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check pytest pytest-rerunfailures greenstalk pystalk prometheus_client schemathesis "psycopg[binary]"
 
 step "build tickwheel-server (release)"
 cargo build --release -p tickwheel-server

@@ -54,6 +54,12 @@ class ServerProcess:
         self.log = open(self.log_path, "ab")
 
     def start(self, port=None, timeout=10.0):
+        self.spawn(port)
+        self.wait_for_port(timeout)
+        return self
+
+    def spawn(self, port=None):
+        """Starts the process without waiting for it to listen (a standby node)."""
         assert self.proc is None, "already running"
         self.port = port or self.port or free_port()
         self.started_at = time.monotonic()  # just before the process starts (for `uptime`)
@@ -63,7 +69,6 @@ class ServerProcess:
             stdout=self.log,
             stderr=self.log,
         )
-        self.wait_for_port(timeout)
         return self
 
     def wait_for_port(self, timeout):
@@ -150,9 +155,103 @@ def module_dir():
 
 
 @pytest.fixture(scope="module")
-def tickwheel(module_dir):
-    """A tickwheel-server for the whole module, on a free port with its own data dir."""
-    server = tickwheel_process(os.path.join(module_dir, "data"), module_dir)
+def tickwheel(module_dir, request):
+    """A tickwheel-server for the whole module, on a free port with its own data dir; with
+    TICKWHEEL_E2E_BACKEND=postgres, on a fresh database of a throw-away PostgreSQL instead
+    (`TICKWHEEL_E2E_BACKEND=postgres bash ci/e2e.sh -k test_clients`)."""
+    if os.environ.get("TICKWHEEL_E2E_BACKEND") == "postgres":
+        url = request.getfixturevalue("pg_cluster").create_db()
+        server = tickwheel_pg_process(url, module_dir)
+    else:
+        server = tickwheel_process(os.path.join(module_dir, "data"), module_dir)
     server.start()
     yield server
     server.close()
+
+
+# --- PostgreSQL (test_postgres.py) ----------------------------------------------------------
+
+def pg_bin_dir():
+    """Debian's server binaries: $PG_BIN, else the newest /usr/lib/postgresql/N/bin."""
+    explicit = os.environ.get("PG_BIN")
+    if explicit:
+        return explicit
+    root = "/usr/lib/postgresql"
+    versions = []
+    if os.path.isdir(root):
+        for v in os.listdir(root):
+            if v.isdigit() and os.path.exists(os.path.join(root, v, "bin", "postgres")):
+                versions.append(int(v))
+    return os.path.join(root, str(max(versions)), "bin") if versions else None
+
+
+class PgCluster:
+    """A throw-away PostgreSQL cluster: initdb into a temp dir as the `postgres` user (the
+    server refuses to run as root), a free loopback port, its socket in the same dir."""
+
+    def __init__(self, bin_dir):
+        self.bin = bin_dir
+        self.dir = tempfile.mkdtemp(prefix="tickwheel-pg-")
+        self.data = os.path.join(self.dir, "data")
+        self.port = free_port()
+        self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        if self.as_user:
+            shutil.chown(self.dir, "postgres", "postgres")
+        self._run("initdb", "-D", self.data, "-U", "postgres", "-A", "trust", "--no-sync",
+                  "-E", "UTF8")
+        self.start()
+        self._dbs = 0
+
+    def _run(self, tool, *args):
+        subprocess.run([*self.as_user, os.path.join(self.bin, tool), *args], check=True,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+
+    def start(self):
+        self._run("pg_ctl", "-D", self.data, "-l", os.path.join(self.dir, "server.log"), "-w",
+                  "-t", "60", "-o",
+                  f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 "
+                  "-c max_connections=300", "start")
+
+    def stop(self, mode="fast"):
+        self._run("pg_ctl", "-D", self.data, "-w", "-t", "60", "-m", mode, "stop")
+
+    def url(self, db="postgres"):
+        return f"postgres://postgres@127.0.0.1:{self.port}/{db}"
+
+    def create_db(self):
+        """A fresh database (one per test keeps ids and counters apart); returns its URL."""
+        self._dbs += 1
+        name = f"t{self._dbs}"
+        subprocess.run([os.path.join(self.bin, "createdb"), "-h", "127.0.0.1", "-p",
+                        str(self.port), "-U", "postgres", name], check=True)
+        return self.url(name)
+
+    def close(self):
+        try:
+            self.stop("immediate")
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_cluster():
+    bin_dir = pg_bin_dir()
+    if bin_dir is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("PostgreSQL is not installed and CI=true: ci/e2e.sh installs it")
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
+    cluster = PgCluster(bin_dir)
+    yield cluster
+    cluster.close()
+
+
+def tickwheel_pg_process(url, log_dir, extra=(), name="tickwheel"):
+    binary = tickwheel_bin()
+    if not os.path.exists(binary):
+        pytest.fail(f"{binary} not found: build it (cargo build --release -p tickwheel-server) "
+                    "or set TICKWHEEL_BIN")
+    return ServerProcess(
+        lambda port: [binary, "-l", "127.0.0.1", "-p", str(port), "--postgres", url, *extra],
+        name,
+        log_dir,
+    )

@@ -77,7 +77,7 @@ mod stats;
 mod tube;
 mod types;
 
-pub use engine::{Config, Engine};
+pub use engine::{Config, Engine, FOREIGN_ID_BASE};
 pub use stats::{CmdCounters, JobStats, Stats, TubeStats};
 pub use types::{
     BadTubeName, Change, ClientId, DurableState, Error, Event, JobDetail, JobId, JobRecord,

@@ -29,6 +29,7 @@
 
 #![forbid(unsafe_code)]
 
+mod cluster;
 mod conn;
 mod http;
 mod shared;
@@ -36,11 +37,14 @@ mod stats;
 
 pub use http::{HttpHandle, HttpOptions, HttpServer};
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
 pub use tickwheel::{Clock, ManualClock, SystemClock};
+use tickwheel_pg::{ActiveLock, PgStore};
+pub use tickwheel_pg::{PgOptions, SchemaName};
 use tickwheel_queue::{Engine, JobId, TubeName};
 use tickwheel_store::{DiskOptions, DiskStore, Durability, MemStore, Store, StoreError};
 use tokio::net::{TcpListener, UnixListener};
@@ -76,6 +80,11 @@ pub struct Config {
     /// and writes resume by themselves once space is freed. 0 turns the guard off. See
     /// [`DiskOptions::min_free_bytes`].
     pub min_free_bytes: u64,
+    /// Store jobs in PostgreSQL instead (`--postgres URL`; `data_dir`, `durability` and
+    /// `min_free_bytes` are then unused): the node serves while it holds the schema's
+    /// active-node lock and waits for it as a standby otherwise. See
+    /// `docs/decisions/0008-postgresql-backend.md`.
+    pub postgres: Option<PgOptions>,
 }
 
 impl Default for Config {
@@ -87,6 +96,7 @@ impl Default for Config {
             window: Some(DEFAULT_WINDOW_MS),
             clock: Arc::new(SystemClock),
             min_free_bytes: tickwheel_store::DEFAULT_MIN_FREE_BYTES,
+            postgres: None,
         }
     }
 }
@@ -134,6 +144,8 @@ pub struct Server {
     shared: Arc<Shared>,
     max_job_size: usize,
     recovered_jobs: usize,
+    /// On PostgreSQL: what the watcher thread needs once the server runs.
+    postgres: Option<(Arc<PgStore>, ActiveLock, HashSet<JobId>)>,
 }
 
 impl Server {
@@ -147,6 +159,9 @@ impl Server {
     /// the store can tell).
     pub fn open(config: &Config) -> anyhow::Result<Server> {
         let started = std::time::Instant::now();
+        if let Some(options) = &config.postgres {
+            return Server::open_postgres(config, options);
+        }
         let store: Arc<dyn Store> = match &config.data_dir {
             Some(dir) => {
                 std::fs::create_dir_all(dir)
@@ -170,22 +185,7 @@ impl Server {
         let recovered = store
             .recover(engine_config.window_end_at(now))
             .context("cannot recover the stored jobs")?;
-        let far_jobs: u64 = recovered.far_delayed.iter().map(|(_, n)| n).sum();
-        let recovered_jobs = recovered.resident.len() + far_jobs as usize;
-        let far_keys = if far_jobs > 0 {
-            far_keys(&*store, engine_config.window_end_at(now))
-                .context("cannot read the idempotency keys of the stored far-future jobs")?
-        } else {
-            Vec::new()
-        };
-        let mut engine = Engine::recover_windowed(
-            engine_config,
-            now,
-            recovered.next_id,
-            recovered.resident,
-            recovered.far_delayed,
-        );
-        engine.add_far_keys(far_keys);
+        let (engine, recovered_jobs) = start_engine(&*store, recovered, engine_config, now)?;
         let shared = Shared::new(engine, store, config.clock.clone())
             .context("cannot start the commit and timer threads")?;
         shared
@@ -195,6 +195,36 @@ impl Server {
             shared: Arc::new(shared),
             max_job_size: config.max_job_size,
             recovered_jobs,
+            postgres: None,
+        })
+    }
+
+    /// [`Server::open`] on PostgreSQL: waits to become the schema's active node, then
+    /// recovers from the database.
+    fn open_postgres(config: &Config, options: &PgOptions) -> anyhow::Result<Server> {
+        let started = std::time::Instant::now();
+        let (now, _) = shared::wall_millis(config.clock.system_time());
+        let engine_config = tickwheel_queue::Config {
+            max_job_size: config.max_job_size,
+            window: config.window,
+        };
+        let opened = cluster::open(options, engine_config.window_end_at(now))?;
+        // The clock again: waiting as a standby may have taken hours.
+        let (now, _) = shared::wall_millis(config.clock.system_time());
+        let recovered = opened.recovered;
+        let adopted = cluster::foreign_ids(&recovered);
+        let store: Arc<dyn Store> = opened.store.clone();
+        let (engine, recovered_jobs) = start_engine(&*store, recovered, engine_config, now)?;
+        let shared = Shared::new(engine, store, config.clock.clone())
+            .context("cannot start the commit and timer threads")?;
+        shared
+            .metrics
+            .set_recovery_seconds(started.elapsed().as_secs_f64());
+        Ok(Server {
+            shared: Arc::new(shared),
+            max_job_size: config.max_job_size,
+            recovered_jobs,
+            postgres: Some((opened.store, opened.lock, adopted)),
         })
     }
 
@@ -221,7 +251,19 @@ impl Server {
     /// Serves connections until `shutdown` is cancelled; then stops accepting, lets the
     /// connections finish the command in hand, and returns once everything acknowledged is
     /// durable.
-    pub async fn run(self, listener: Listener, shutdown: CancellationToken) {
+    pub async fn run(mut self, listener: Listener, shutdown: CancellationToken) {
+        let _watcher = match self.postgres.take() {
+            Some((store, lock, adopted)) => {
+                match cluster::Watcher::start(self.shared.clone(), store, lock, adopted) {
+                    Ok(watcher) => Some(watcher),
+                    Err(error) => {
+                        tracing::error!(%error, "cannot start the PostgreSQL watcher thread");
+                        return;
+                    }
+                }
+            }
+            None => None,
+        };
         let tracker = TaskTracker::new();
         tracker.spawn(shared::drive_timers(self.shared.clone(), shutdown.clone()));
         loop {
@@ -281,6 +323,34 @@ impl Handle {
 /// on disk: the engine keeps a `(tube, key) → id` map of every live keyed job, so a put can
 /// find a job due next month by its key without a store read. Read page by page through the
 /// store's due-time index, keeping only the keys (bodies are dropped page by page).
+
+/// The engine a server starts from, and how many jobs it recovered: the stored jobs due within
+/// the window in memory, the far ones counted, and the idempotency keys of the far ones read
+/// from the store (the same for every backend).
+fn start_engine(
+    store: &dyn Store,
+    recovered: tickwheel_store::Recovered,
+    engine_config: tickwheel_queue::Config,
+    now: u64,
+) -> anyhow::Result<(Engine, usize)> {
+    let far_jobs: u64 = recovered.far_delayed.iter().map(|(_, n)| n).sum();
+    let recovered_jobs = recovered.resident.len() + far_jobs as usize;
+    let far_keys = if far_jobs > 0 {
+        far_keys(store, engine_config.window_end_at(now))
+            .context("cannot read the idempotency keys of the stored far-future jobs")?
+    } else {
+        Vec::new()
+    };
+    let mut engine = Engine::recover_windowed(
+        engine_config,
+        now,
+        recovered.next_id,
+        recovered.resident,
+        recovered.far_delayed,
+    );
+    engine.add_far_keys(far_keys);
+    Ok((engine, recovered_jobs))
+}
 fn far_keys(store: &dyn Store, from: u64) -> Result<Vec<(TubeName, String, JobId)>, StoreError> {
     far_keys_paged(store, from, 4096)
 }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Parser;
-use tickwheel_server::{Config, Listener, Server, SystemClock};
+use tickwheel_server::{Config, Listener, PgOptions, SchemaName, Server, SystemClock};
 use tickwheel_store::Durability;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio_util::sync::CancellationToken;
@@ -49,6 +49,29 @@ struct Args {
     /// the store's own flushes and compactions; 0 turns the guard off.
     #[arg(long, value_name = "BYTES", default_value_t = tickwheel_store::DEFAULT_MIN_FREE_BYTES)]
     min_free_space: u64,
+    /// Store jobs in PostgreSQL at URL (e.g. postgres://app@db/jobs) instead of a data
+    /// directory. The server creates and migrates its schema itself. Several nodes may point at
+    /// one database: one serves, the others wait as standbys and take over when it dies.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["data_dir", "in_memory"])]
+    postgres: Option<String>,
+    /// The PostgreSQL schema holding tickwheel's tables and SQL functions.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "tickwheel",
+        requires = "postgres"
+    )]
+    postgres_schema: String,
+    /// With --postgres: how long a commit keeps retrying while the database is unreachable
+    /// (new writes answer INTERNAL_ERROR meanwhile) before the node gives up on writes until it
+    /// is restarted.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 30,
+        requires = "postgres"
+    )]
+    postgres_retry_secs: u64,
     /// Maximum job size in bytes.
     #[arg(short = 'z', value_name = "BYTES", default_value_t = 65_535)]
     max_job_size: usize,
@@ -105,6 +128,14 @@ fn main() -> anyhow::Result<()> {
         (false, Some(ms)) if ms > 0 => Durability::Periodic { interval_ms: ms },
         _ => Durability::Sync,
     };
+    let postgres = match &args.postgres {
+        Some(url) => Some(PgOptions {
+            url: url.clone(),
+            schema: SchemaName::new(&args.postgres_schema)?,
+            retry: std::time::Duration::from_secs(args.postgres_retry_secs),
+        }),
+        None => None,
+    };
     let config = Config {
         data_dir: if args.in_memory { None } else { args.data_dir },
         durability,
@@ -112,6 +143,7 @@ fn main() -> anyhow::Result<()> {
         window: (args.window_secs > 0).then(|| args.window_secs.saturating_mul(1000)),
         clock: std::sync::Arc::new(SystemClock),
         min_free_bytes: args.min_free_space,
+        postgres,
     };
     let _ = args.binlog_size;
     let http = match args.http {
@@ -163,7 +195,12 @@ async fn serve(
     // not kill us with the default action.
     let stop_signals = StopSignals::register()?;
     let drain_signal = signal(SignalKind::user_defined1()).ok();
-    if config.data_dir.is_none() {
+    if let Some(pg) = &config.postgres {
+        tracing::info!(
+            schema = pg.schema.as_str(),
+            "jobs are stored in PostgreSQL; this node serves once it holds the schema's active lock"
+        );
+    } else if config.data_dir.is_none() {
         tracing::info!("jobs are kept in memory only and a restart loses them; to keep them, start with -b DIR");
     }
     let shutdown = CancellationToken::new();
@@ -186,6 +223,7 @@ async fn serve(
     tracing::info!(
         %addr,
         data_dir = ?config.data_dir,
+        postgres = config.postgres.is_some(),
         durability = ?config.durability,
         recovered_jobs = server.recovered_jobs(),
         "tickwheel-server listening"

@@ -75,6 +75,8 @@ pub(crate) struct Shared {
     low_space: AtomicBool,
     /// What `/metrics` reports beyond the engine's own counts.
     pub(crate) metrics: Metrics,
+    /// Writes are being refused because the database is unreachable (PostgreSQL backend).
+    unreachable: AtomicBool,
 }
 
 impl Shared {
@@ -123,6 +125,7 @@ impl Shared {
             failure_logged: AtomicBool::new(false),
             low_space: AtomicBool::new(false),
             metrics,
+            unreachable: AtomicBool::new(false),
         })
     }
 
@@ -231,6 +234,11 @@ impl Shared {
                         "free space is back above the reserve: writes are accepted again"
                     );
                 }
+                if self.unreachable.load(Ordering::Relaxed)
+                    && self.unreachable.swap(false, Ordering::Relaxed)
+                {
+                    tracing::info!("the database answers again: writes are accepted again");
+                }
                 true
             }
             Err(error @ StoreError::LowSpace { .. }) => {
@@ -240,6 +248,17 @@ impl Shared {
                         "refusing writes (INTERNAL_ERROR) until space is freed; reads keep \
                          working and nothing acknowledged is affected (--min-free-space sets \
                          the reserve)"
+                    );
+                }
+                false
+            }
+            Err(error @ StoreError::Unavailable { .. }) => {
+                if !self.unreachable.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        %error,
+                        "refusing writes (INTERNAL_ERROR) while the database is unreachable; \
+                         reads keep working, writes in flight wait for it, nothing acknowledged \
+                         is affected"
                     );
                 }
                 false

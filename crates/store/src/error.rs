@@ -104,6 +104,18 @@ pub enum StoreError {
         /// The holder's pid, as it wrote it in the lock file (`None` if not written yet).
         pid: Option<u32>,
     },
+    /// The store's database cannot be reached now (a commit is retrying on a broken
+    /// connection): the write was refused before anything was changed. Does not poison:
+    /// writes are accepted again once the database answers.
+    #[error(
+        "{what} is unreachable, so the write was refused before anything was changed: {detail}"
+    )]
+    Unavailable {
+        /// The database.
+        what: String,
+        /// Why.
+        detail: String,
+    },
     /// A [`GroupCommit`](crate::GroupCommit) commit panicked inside the store; the commit may or
     /// may not have been applied, and the group refuses further writes.
     #[error("the store panicked during a group commit; the commit may not have been applied")]

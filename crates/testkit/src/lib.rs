@@ -2,6 +2,7 @@
 //! structures with them. Used by the property tests, the fuzz targets and the checked-in
 //! fuzz seeds, so that each check is written once.
 
+pub mod pg;
 mod proto_check;
 mod queue_model;
 mod wheel_model;

@@ -114,6 +114,9 @@ enum Target {
     BsNofsync,
     /// beanstalkd without -b.
     BsMem,
+    /// tickwheel-server --postgres URL: a fresh database on a throw-away PostgreSQL cluster
+    /// (Debian's postgresql, same machine, loopback; default settings, fsync on).
+    TwPg,
 }
 
 impl Target {
@@ -127,13 +130,14 @@ impl Target {
             Target::BsF0 => "beanstalkd -b -f 0",
             Target::BsNofsync => "beanstalkd -b -F",
             Target::BsMem => "beanstalkd (in memory)",
+            Target::TwPg => "tickwheel --postgres (1 node)",
         }
     }
 
     fn is_tickwheel(self) -> bool {
         matches!(
             self,
-            Target::TwSync | Target::TwF50 | Target::TwNofsync | Target::TwMem
+            Target::TwSync | Target::TwF50 | Target::TwNofsync | Target::TwMem | Target::TwPg
         )
     }
 }
@@ -155,6 +159,11 @@ impl Server {
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
         let d = data.display().to_string();
         let p = port.to_string();
+        let pg_url = if target == Target::TwPg {
+            pg_database()?
+        } else {
+            String::new()
+        };
         let (program, args): (PathBuf, Vec<&str>) = match target {
             Target::TwSync => (tickwheel_path(cli)?, vec!["-b", &d]),
             Target::TwF50 => (tickwheel_path(cli)?, vec!["-b", &d, "-f", "50"]),
@@ -164,6 +173,7 @@ impl Server {
             Target::BsF0 => (cli.beanstalkd.clone(), vec!["-b", &d, "-f", "0"]),
             Target::BsNofsync => (cli.beanstalkd.clone(), vec!["-b", &d, "-F"]),
             Target::BsMem => (cli.beanstalkd.clone(), vec![]),
+            Target::TwPg => (tickwheel_path(cli)?, vec!["--postgres", &pg_url]),
         };
         let log = dir.path().join("server.log");
         let logf = std::fs::File::create(&log)?;
@@ -239,6 +249,25 @@ fn tickwheel_path(cli: &Cli) -> anyhow::Result<PathBuf> {
         );
     }
     Ok(p)
+}
+
+/// The throw-away PostgreSQL cluster of this run (started on first use, stopped at exit).
+static PG: Mutex<Option<tickwheel_testkit::pg::Cluster>> = Mutex::new(None);
+
+/// A fresh database on the run's PostgreSQL cluster (one per server start: no state carries
+/// over between runs).
+fn pg_database() -> anyhow::Result<String> {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let mut pg = PG.lock().unwrap_or_else(|p| p.into_inner());
+    if pg.is_none() {
+        let cluster = tickwheel_testkit::pg::Cluster::start()
+            .map_err(|e| anyhow!(e))?
+            .ok_or_else(|| anyhow!("PostgreSQL is not installed (bash ci/postgres.sh)"))?;
+        *pg = Some(cluster);
+    }
+    let cluster = pg.as_ref().ok_or_else(|| anyhow!("no cluster"))?;
+    let name = format!("bench{}", NEXT.fetch_add(1, Ordering::Relaxed));
+    cluster.create_db(&name).map_err(|e| anyhow!(e))
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -1126,7 +1155,7 @@ fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(async {
+    let result = rt.block_on(async {
         match cli.workload {
             Workload::Throughput => throughput(&cli).await,
             Workload::Lateness => lateness(&cli).await,
@@ -1134,5 +1163,8 @@ fn main() -> anyhow::Result<()> {
             Workload::Sync => sync(&cli).await,
             Workload::Pipelined => pipelined(&cli).await,
         }
-    })
+    });
+    // Stops the PostgreSQL cluster, if one was started.
+    drop(PG.lock().unwrap_or_else(|p| p.into_inner()).take());
+    result
 }

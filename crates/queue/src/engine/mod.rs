@@ -10,9 +10,11 @@ use crate::stats::{CmdCounters, JobStats, Stats, TubeStats};
 use crate::tube::{Pause, Tube, TubeId};
 
 mod clients;
+mod foreign;
 mod inspect;
 mod producer;
 mod state;
+pub use foreign::FOREIGN_ID_BASE;
 mod tubes;
 mod window;
 mod worker;
@@ -244,7 +246,9 @@ impl Engine {
         records.sort_by_key(|r| r.id); // buried jobs keep their id order
         let mut max_id = 0;
         for record in records {
-            max_id = max_id.max(record.id);
+            if record.id < FOREIGN_ID_BASE {
+                max_id = max_id.max(record.id);
+            }
             let tube = engine.tube_ref(&record.tube);
             let created = record.created.min(now);
             let mut job = Job::new(tube, record.priority, record.ttr, 0, created, record.body);

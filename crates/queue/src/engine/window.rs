@@ -105,7 +105,7 @@ impl Engine {
     #[must_use]
     pub fn needs_load(&self, id: JobId) -> bool {
         (self.far > 0 || self.loading.is_some())
-            && id < self.next_id
+            && (id < self.next_id || id >= super::FOREIGN_ID_BASE)
             && !self.jobs.contains_key(&id)
     }
 

@@ -1,0 +1,606 @@
+//! PostgreSQL backend for tickwheel: the [`Store`] trait on a database that outlives any one
+//! machine, with SQL functions that put and delete jobs inside an application's own
+//! transaction.
+//!
+//! The design is `docs/decisions/0008-postgresql-backend.md`. In short:
+//!
+//! - The database holds every job (table `<schema>.jobs`); a node's engine is a cache of it
+//!   that decides which job to hand out, so no statement ever searches the table for the next
+//!   job (the dead-tuple "graveyard" of table-as-queue designs); every write is by primary key.
+//! - [`PgStore::commit`] writes a whole group commit (the batches of every client queued while
+//!   the previous commit ran) as one prepared statement (data-modifying CTEs over `unnest`
+//!   arrays: one round trip, one implicit transaction, one WAL flush), and returns after its
+//!   commit. Batches are idempotent (upserts, absolute updates, deletes of
+//!   missing rows are no-ops), so a commit whose outcome is unknown after a broken connection is
+//!   replayed on a new one, for up to [`PgOptions::retry`]; meanwhile [`Store::writable`]
+//!   refuses new writes with [`StoreError::Unavailable`].
+//! - [`PgStore::open`] creates or migrates the schema ([`migrate`], versioned migrations
+//!   embedded in the binary) and refuses a schema newer than it knows.
+//! - `<schema>.put(tube, body, delay, pri, ttr)` and `<schema>.delete(id)` (created by the
+//!   migrations) take part in the caller's transaction and announce committed changes with
+//!   NOTIFY ([`SchemaName::put_channel`]); jobs put so get ids from
+//!   [`FOREIGN_ID_BASE`] up.
+//! - [`ActiveLock`]: the session advisory lock that makes one node the active one; standbys
+//!   wait on it and take over when the active node's session ends.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! use tickwheel_pg::{PgOptions, PgStore};
+//! use tickwheel_store::{GroupCommit, Store};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = PgStore::open(&PgOptions::new("postgres://app@db/jobs"))?;
+//! let recovered = store.recover(u64::MAX)?;
+//! println!("{} jobs, next id {}", recovered.resident.len(), recovered.next_id);
+//! let store = GroupCommit::with_thread(store)?; // as the server runs it
+//! # drop(store);
+//! # Ok(())
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use postgres::{Client, NoTls, Row, Statement};
+use tickwheel_queue::{Change, DurableState, JobId, JobRecord, TubeName, FOREIGN_ID_BASE};
+use tickwheel_store::{validate, Recovered, Store, StoreError};
+
+mod lock;
+mod schema;
+
+pub use lock::ActiveLock;
+pub use schema::{migrate, SchemaName, SCHEMA_VERSION};
+
+/// How to reach the database.
+#[derive(Clone, Debug)]
+pub struct PgOptions {
+    /// A libpq-style URL or key=value string (`postgres://user@host/db`).
+    pub url: String,
+    /// The schema holding tickwheel's tables and functions (default `tickwheel`).
+    pub schema: SchemaName,
+    /// How long a commit keeps retrying on broken connections before it fails (and the group
+    /// commit poisons). Default 30 s.
+    pub retry: Duration,
+}
+
+impl PgOptions {
+    /// Options for `url` with the default schema and retry time.
+    pub fn new(url: impl Into<String>) -> PgOptions {
+        PgOptions {
+            url: url.into(),
+            schema: SchemaName::default_name(),
+            retry: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Errors of this crate.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PgError {
+    /// The schema name is not a plain identifier.
+    #[error(
+        "bad schema name {0:?}: use 1-50 characters of a-z, 0-9 and _, not starting with a digit"
+    )]
+    BadSchemaName(String),
+    /// The database's schema is newer than this build.
+    #[error("schema {schema} has version {found}, but this build knows only up to version {known}: upgrade tickwheel-server (refusing to start)")]
+    NewerSchema {
+        /// The schema.
+        schema: String,
+        /// The version in the database.
+        found: i32,
+        /// The newest version this build knows.
+        known: i32,
+    },
+    /// The database answered with an error, or could not be reached.
+    #[error("PostgreSQL: {0}")]
+    Db(#[from] postgres::Error),
+}
+
+/// A [`Store`] on PostgreSQL. Thread-safe: one connection for commits, one for reads, each
+/// reconnected when it breaks.
+pub struct PgStore {
+    options: PgOptions,
+    sql: Sql,
+    /// The commit connection and its prepared commit statement.
+    commit: Mutex<Option<(Client, Statement)>>,
+    read: Mutex<Option<Client>>,
+    /// False from a commit that failed on a broken connection until one succeeds again.
+    reachable: AtomicBool,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("schema", &self.options.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The statements, rendered for one schema.
+struct Sql {
+    commit: String,
+    resident: String,
+    far: String,
+    next_id: String,
+    get: String,
+    between: String,
+}
+
+const COLUMNS: &str =
+    "id, tube, priority, ttr_ms, state, until_ms, created_ms, body, idempotency_key";
+
+impl Sql {
+    fn new(schema: &SchemaName) -> Sql {
+        let s = schema.as_str();
+        Sql {
+            // The whole group commit in one statement (one round trip, one implicit
+            // transaction): the data-modifying CTEs touch disjoint rows (the batch is folded
+            // to one change per id first).
+            commit: format!(
+                "WITH up AS (
+                     INSERT INTO {s}.jobs ({COLUMNS})
+                     SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[],
+                                          $5::smallint[], $6::bigint[], $7::bigint[], $8::bytea[],
+                                          $15::text[])
+                     ON CONFLICT (id) DO UPDATE SET tube = excluded.tube,
+                         priority = excluded.priority, ttr_ms = excluded.ttr_ms,
+                         state = excluded.state, until_ms = excluded.until_ms,
+                         created_ms = excluded.created_ms, body = excluded.body,
+                         idempotency_key = excluded.idempotency_key
+                 ), upd AS (
+                     UPDATE {s}.jobs j SET state = u.state, until_ms = u.until_ms,
+                         priority = u.priority
+                     FROM unnest($9::bigint[], $10::smallint[], $11::bigint[], $12::bigint[])
+                         AS u(id, state, until_ms, priority)
+                     WHERE j.id = u.id
+                 ), del AS (
+                     DELETE FROM {s}.jobs WHERE id = ANY($13::bigint[])
+                 ), ids AS (
+                     UPDATE {s}.meta SET value = greatest(value, $14::bigint)
+                     WHERE key = 'next_id' AND $14::bigint IS NOT NULL
+                 )
+                 SELECT 1"
+            ),
+            resident: format!(
+                "SELECT {COLUMNS} FROM {s}.jobs WHERE NOT (state = 1 AND until_ms >= $1)
+                 ORDER BY id"
+            ),
+            far: format!(
+                "SELECT tube, count(*) FROM {s}.jobs WHERE state = 1 AND until_ms >= $1
+                 GROUP BY tube ORDER BY tube"
+            ),
+            next_id: format!(
+                "SELECT greatest((SELECT value FROM {s}.meta WHERE key = 'next_id'),
+                                 (SELECT coalesce(max(id), 0) + 1 FROM {s}.jobs WHERE id < $1))"
+            ),
+            get: format!("SELECT {COLUMNS} FROM {s}.jobs WHERE id = $1"),
+            between: format!(
+                "SELECT {COLUMNS} FROM {s}.jobs
+                 WHERE state = 1 AND until_ms >= $1 AND until_ms < $2
+                 ORDER BY until_ms, id LIMIT $3"
+            ),
+        }
+    }
+}
+
+/// A `u64` as PostgreSQL `bigint`, saturating (ids, times and TTRs stay far below 2^63).
+fn big(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// One id's net change within a group commit.
+enum Net {
+    Upsert(JobRecord),
+    Update(DurableState, u32),
+    Delete,
+}
+
+fn state_columns(state: DurableState) -> (i16, i64) {
+    match state {
+        DurableState::Ready => (0, 0),
+        DurableState::Delayed { until } => (1, big(until)),
+        DurableState::Buried => (2, 0),
+    }
+}
+
+/// Folds a batch into one net change per id (engine order: a later change wins) and the
+/// largest id reservation.
+fn fold(batch: &[Change]) -> (BTreeMap<JobId, Net>, Option<JobId>) {
+    let mut net: BTreeMap<JobId, Net> = BTreeMap::new();
+    let mut ids_end = None;
+    for change in batch {
+        match change {
+            Change::Put(r) => {
+                net.insert(r.id, Net::Upsert(r.clone()));
+            }
+            Change::Update {
+                id,
+                state,
+                priority,
+            } => match net.get_mut(id) {
+                Some(Net::Upsert(r)) => {
+                    r.state = *state;
+                    r.priority = *priority;
+                }
+                Some(Net::Delete) => {}
+                Some(n @ Net::Update(..)) => *n = Net::Update(*state, *priority),
+                None => {
+                    net.insert(*id, Net::Update(*state, *priority));
+                }
+            },
+            Change::Delete { id } => {
+                net.insert(*id, Net::Delete);
+            }
+            Change::ReserveIds { end } => {
+                ids_end = Some(ids_end.map_or(*end, |e: JobId| e.max(*end)));
+            }
+        }
+    }
+    (net, ids_end)
+}
+
+impl PgStore {
+    /// Connects, creates or migrates the schema, and returns the store.
+    ///
+    /// # Errors
+    ///
+    /// [`PgError::Db`] if the database cannot be reached or refuses; [`PgError::NewerSchema`]
+    /// if its schema is newer than this build knows.
+    pub fn open(options: &PgOptions) -> Result<PgStore, PgError> {
+        let mut client = Client::connect(&options.url, NoTls)?;
+        migrate(&mut client, &options.schema)?;
+        drop(client);
+        Ok(PgStore {
+            sql: Sql::new(&options.schema),
+            options: options.clone(),
+            commit: Mutex::new(None),
+            read: Mutex::new(None),
+            reachable: AtomicBool::new(true),
+        })
+    }
+
+    /// The options it was opened with.
+    pub fn options(&self) -> &PgOptions {
+        &self.options
+    }
+
+    fn db_error(&self, e: postgres::Error) -> StoreError {
+        StoreError::Engine {
+            path: PathBuf::from(format!(
+                "postgresql schema {}",
+                self.options.schema.as_str()
+            )),
+            source: Arc::new(e),
+        }
+    }
+
+    fn corrupt(&self, detail: String) -> StoreError {
+        StoreError::Corrupt {
+            file: PathBuf::from(format!(
+                "postgresql table {}.jobs",
+                self.options.schema.as_str()
+            )),
+            offset: 0,
+            detail,
+        }
+    }
+
+    fn connection<'a>(
+        &self,
+        slot: &'a Mutex<Option<Client>>,
+    ) -> Result<MutexGuard<'a, Option<Client>>, postgres::Error> {
+        let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.as_ref().is_none_or(Client::is_closed) {
+            *guard = Some(Client::connect(&self.options.url, NoTls)?);
+        }
+        Ok(guard)
+    }
+
+    /// Runs `f` on the read connection, reconnecting once if it was broken.
+    fn read_with<T>(
+        &self,
+        f: impl Fn(&mut Client) -> Result<T, postgres::Error>,
+    ) -> Result<T, StoreError> {
+        let mut last = None;
+        for _ in 0..2 {
+            let mut guard = match self.connection(&self.read) {
+                Ok(g) => g,
+                Err(e) => {
+                    last = Some(e);
+                    continue;
+                }
+            };
+            let client = guard.as_mut().expect("connection() fills the slot");
+            match f(client) {
+                Ok(v) => return Ok(v),
+                Err(e) if client.is_closed() || is_connection_error(&e) => {
+                    *guard = None;
+                    last = Some(e);
+                }
+                Err(e) => return Err(self.db_error(e)),
+            }
+        }
+        Err(self.db_error(last.expect("the loop ran")))
+    }
+
+    /// The commit connection, (re)connected with its statement prepared.
+    fn commit_connection(
+        &self,
+    ) -> Result<MutexGuard<'_, Option<(Client, Statement)>>, postgres::Error> {
+        let mut guard = self.commit.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.as_ref().is_none_or(|(c, _)| c.is_closed()) {
+            *guard = None;
+            let mut client = Client::connect(&self.options.url, NoTls)?;
+            let statement = client.prepare(&self.sql.commit)?;
+            *guard = Some((client, statement));
+        }
+        Ok(guard)
+    }
+
+    fn commit_once(
+        &self,
+        client: &mut Client,
+        statement: &Statement,
+        batch: &[Change],
+    ) -> Result<(), postgres::Error> {
+        let (net, ids_end) = fold(batch);
+        let mut up_id = Vec::new();
+        let mut up_tube = Vec::new();
+        let mut up_pri = Vec::new();
+        let mut up_ttr = Vec::new();
+        let mut up_state = Vec::new();
+        let mut up_until = Vec::new();
+        let mut up_created = Vec::new();
+        let mut up_body: Vec<&[u8]> = Vec::new();
+        let mut up_key: Vec<Option<&str>> = Vec::new();
+        let (mut u_id, mut u_state, mut u_until, mut u_pri) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut deleted = Vec::new();
+        for (id, n) in &net {
+            match n {
+                Net::Upsert(r) => {
+                    let (state, until) = state_columns(r.state);
+                    up_id.push(big(*id));
+                    up_tube.push(r.tube.as_str());
+                    up_pri.push(i64::from(r.priority));
+                    up_ttr.push(big(r.ttr));
+                    up_state.push(state);
+                    up_until.push(until);
+                    up_created.push(big(r.created));
+                    up_body.push(&r.body[..]);
+                    up_key.push(r.idempotency_key.as_deref());
+                }
+                Net::Update(s, priority) => {
+                    let (state, until) = state_columns(*s);
+                    u_id.push(big(*id));
+                    u_state.push(state);
+                    u_until.push(until);
+                    u_pri.push(i64::from(*priority));
+                }
+                Net::Delete => deleted.push(big(*id)),
+            }
+        }
+        let ids_end: Option<i64> = ids_end.map(big);
+        client.execute(
+            statement,
+            &[
+                &up_id,
+                &up_tube,
+                &up_pri,
+                &up_ttr,
+                &up_state,
+                &up_until,
+                &up_created,
+                &up_body,
+                &u_id,
+                &u_state,
+                &u_until,
+                &u_pri,
+                &deleted,
+                &ids_end,
+                &up_key,
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn decode(&self, row: &Row) -> Result<JobRecord, StoreError> {
+        let id: i64 = row.get(0);
+        let tube: &str = row.get(1);
+        let priority: i64 = row.get(2);
+        let ttr: i64 = row.get(3);
+        let state: i16 = row.get(4);
+        let until: i64 = row.get(5);
+        let created: i64 = row.get(6);
+        let body: &[u8] = row.get(7);
+        let idempotency_key: Option<&str> = row.get(8);
+        let bad = |what: &str| self.corrupt(format!("job {id}: {what}"));
+        let id = u64::try_from(id).map_err(|_| bad("negative id"))?;
+        let tube = TubeName::new(tube).map_err(|_| bad("invalid tube name"))?;
+        let state = match state {
+            0 => DurableState::Ready,
+            1 => DurableState::Delayed {
+                until: u64::try_from(until).map_err(|_| bad("negative until_ms"))?,
+            },
+            2 => DurableState::Buried,
+            _ => return Err(bad("unknown state")),
+        };
+        Ok(JobRecord {
+            id,
+            tube,
+            priority: u32::try_from(priority).map_err(|_| bad("priority out of range"))?,
+            ttr: u64::try_from(ttr).map_err(|_| bad("negative ttr"))?,
+            state,
+            created: u64::try_from(created).unwrap_or(0),
+            body: Bytes::copy_from_slice(body),
+            idempotency_key: idempotency_key.map(str::to_owned),
+        })
+    }
+
+    /// Jobs put by SQL (ids from [`FOREIGN_ID_BASE`]) with ids above `after`, in id order, at
+    /// most `limit`: what a node polls for in case a notification was missed.
+    ///
+    /// # Errors
+    ///
+    /// Database errors; [`StoreError::Corrupt`] for a row that does not decode.
+    pub fn foreign_after(&self, after: JobId, limit: usize) -> Result<Vec<JobRecord>, StoreError> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM {}.jobs WHERE id > $1 ORDER BY id LIMIT $2",
+            self.options.schema.as_str()
+        );
+        let after = big(after.max(FOREIGN_ID_BASE - 1));
+        let rows = self.read_with(|c| c.query(&sql, &[&after, &big(limit as u64)]))?;
+        rows.iter().map(|r| self.decode(r)).collect()
+    }
+}
+
+impl PgStore {
+    /// Which of `ids` have a row (the rest were deleted).
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn existing(&self, ids: &[JobId]) -> Result<Vec<JobId>, StoreError> {
+        let sql = format!(
+            "SELECT id FROM {}.jobs WHERE id = ANY($1::bigint[])",
+            self.options.schema.as_str()
+        );
+        let ids: Vec<i64> = ids.iter().map(|id| big(*id)).collect();
+        let rows = self.read_with(|c| c.query(&sql, &[&ids]))?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| u64::try_from(r.get::<_, i64>(0)).ok())
+            .collect())
+    }
+}
+
+/// A broken connection (retry on a new one) rather than a statement the database refused.
+fn is_connection_error(e: &postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    match e.code() {
+        // Class 08: connection exception; 57P01..03: admin shutdown, crash shutdown, cannot
+        // connect now (starting up or shutting down).
+        Some(code) => {
+            let c = code.code();
+            c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03")
+        }
+        // No SQLSTATE: the error came from the socket or the protocol, not from a statement.
+        None => true,
+    }
+}
+
+impl Store for PgStore {
+    fn commit(&self, batch: &[Change]) -> Result<(), StoreError> {
+        validate(batch)?;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let deadline = Instant::now() + self.options.retry;
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let attempt = match self.commit_connection() {
+                Ok(mut guard) => {
+                    let (client, statement) =
+                        guard.as_mut().expect("commit_connection() fills the slot");
+                    let r = self.commit_once(client, statement, batch);
+                    if r.as_ref()
+                        .is_err_and(|e| client.is_closed() || is_connection_error(e))
+                    {
+                        *guard = None;
+                    }
+                    r
+                }
+                Err(e) => Err(e),
+            };
+            match attempt {
+                Ok(()) => {
+                    self.reachable.store(true, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Err(e) if is_connection_error(&e) && Instant::now() < deadline => {
+                    self.reachable.store(false, Ordering::Relaxed);
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                Err(e) => return Err(self.db_error(e)),
+            }
+        }
+    }
+
+    fn writable(&self, _bytes: u64) -> Result<(), StoreError> {
+        if self.reachable.load(Ordering::Relaxed) {
+            Ok(())
+        } else {
+            Err(StoreError::Unavailable {
+                what: format!("PostgreSQL (schema {})", self.options.schema.as_str()),
+                detail: "a commit is retrying on a broken connection".to_owned(),
+            })
+        }
+    }
+
+    fn recover(&self, window_end_ms: u64) -> Result<Recovered, StoreError> {
+        let end = big(window_end_ms);
+        let (rows, far, next_id) = self.read_with(|c| {
+            let mut tx = c.build_transaction().read_only(true).start()?;
+            // One snapshot for all three reads.
+            tx.batch_execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")?;
+            let rows = tx.query(&self.sql.resident, &[&end])?;
+            let far = tx.query(&self.sql.far, &[&end])?;
+            let next: i64 = tx
+                .query_one(&self.sql.next_id, &[&big(FOREIGN_ID_BASE)])?
+                .get(0);
+            tx.commit()?;
+            Ok((rows, far, next))
+        })?;
+        let resident = rows
+            .iter()
+            .map(|r| self.decode(r))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut far_delayed = Vec::with_capacity(far.len());
+        for row in &far {
+            let tube: &str = row.get(0);
+            let count: i64 = row.get(1);
+            let tube = TubeName::new(tube)
+                .map_err(|_| self.corrupt(format!("invalid tube name {tube:?}")))?;
+            far_delayed.push((tube, u64::try_from(count).unwrap_or(0)));
+        }
+        Ok(Recovered {
+            next_id: u64::try_from(next_id).unwrap_or(1).max(1),
+            resident,
+            far_delayed,
+        })
+    }
+
+    fn get(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
+        let row = self.read_with(|c| c.query_opt(&self.sql.get, &[&big(id)]))?;
+        row.map(|r| self.decode(&r)).transpose()
+    }
+
+    fn delayed_between(
+        &self,
+        from_ms: u64,
+        to_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        if from_ms >= to_ms || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let rows = self.read_with(|c| {
+            c.query(
+                &self.sql.between,
+                &[&big(from_ms), &big(to_ms), &big(limit as u64)],
+            )
+        })?;
+        rows.iter().map(|r| self.decode(r)).collect()
+    }
+}

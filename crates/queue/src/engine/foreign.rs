@@ -1,0 +1,197 @@
+//! Jobs another producer put straight into the store: the PostgreSQL backend's
+//! `tickwheel.put(...)` SQL function, called inside an application's own transaction.
+//!
+//! Such jobs take their ids from [`FOREIGN_ID_BASE`] up (the database hands them out), so they
+//! never collide with the engine's own ids, which count up from 1 in reserved blocks. They never
+//! move the engine's `next_id`. The server learns of them from the store (a notification after
+//! the application's commit, or a restart) and hands them to [`Engine::adopt`].
+
+use super::*;
+
+/// The first id of jobs put by another producer than the engine (2^62). The engine's own ids
+/// stay below it (it would take 2^62 puts to reach it).
+pub const FOREIGN_ID_BASE: JobId = 1 << 62;
+
+impl Engine {
+    /// Takes in a job that is already durable in the store but not in memory (put by another
+    /// producer; see the module docs). Nothing is recorded for the store. A job already in
+    /// memory is left as it is; a delayed job due at or after the memory window's end is only
+    /// counted (as a far job, loaded with the window). Waiting reservers are served.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use tickwheel_queue::{Config, DurableState, Engine, JobRecord, JobState, TubeName, FOREIGN_ID_BASE};
+    ///
+    /// let mut engine = Engine::new(Config::default(), 1_000);
+    /// engine.adopt(JobRecord {
+    ///     id: FOREIGN_ID_BASE,
+    ///     tube: TubeName::new("orders")?,
+    ///     priority: 1024,
+    ///     ttr: 60_000,
+    ///     state: DurableState::Delayed { until: 1_800_000 },
+    ///     created: 1_000,
+    ///     body: Bytes::from_static(b"cancel order 42 if unpaid"),
+    /// });
+    /// assert_eq!(engine.job_state(FOREIGN_ID_BASE), Some(JobState::Delayed));
+    /// assert!(engine.take_changes().is_empty(), "already durable: nothing to store");
+    /// # Ok::<(), tickwheel_queue::BadTubeName>(())
+    /// ```
+    pub fn adopt(&mut self, record: JobRecord) {
+        if self.jobs.contains_key(&record.id) {
+            return;
+        }
+        let tube = self.tube_ref(&record.tube);
+        let now = self.now();
+        if let DurableState::Delayed { until } = record.state {
+            if until >= self.window_end {
+                self.add_far(tube);
+                return;
+            }
+        }
+        let delay = match record.state {
+            DurableState::Delayed { until } => until.saturating_sub(record.created),
+            _ => 0,
+        };
+        let created = record.created.min(now);
+        let job = Job::new(
+            tube,
+            record.priority,
+            record.ttr,
+            delay,
+            created,
+            record.body,
+        );
+        self.add_job(record.id, job);
+        match record.state {
+            DurableState::Ready => self.enter_ready(record.id),
+            DurableState::Buried => self.enter_buried(record.id),
+            DurableState::Delayed { until } if until <= now => self.enter_ready(record.id),
+            DurableState::Delayed { until } => self.enter_delayed(record.id, until),
+        }
+        self.serve_deferred();
+    }
+
+    /// Drops a job another producer already deleted from the store (the PostgreSQL
+    /// `tickwheel.delete(id)` function), unless a client holds it: a reserved job stays with its
+    /// holder, as beanstalkd's `delete` from another connection answers `NOT_FOUND`. Records
+    /// nothing for the store and counts no command. Returns whether the job was dropped.
+    pub fn forget(&mut self, id: JobId) -> bool {
+        let Some(job) = self.jobs.get(&id) else {
+            return false;
+        };
+        if job.state == JobState::Reserved {
+            return false;
+        }
+        let tube = job.tube;
+        self.leave_state(id);
+        self.jobs.remove(&id);
+        self.drop_if_unused(tube);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: JobId, state: DurableState) -> JobRecord {
+        JobRecord {
+            id,
+            tube: TubeName::new("t").expect("valid"),
+            priority: 5,
+            ttr: 1000,
+            state,
+            created: 0,
+            body: Bytes::from_static(b"x"),
+            idempotency_key: None,
+        }
+    }
+
+    #[test]
+    fn adopted_jobs_are_served_and_do_not_move_the_id_counter() {
+        let mut engine = Engine::new(Config::default(), 10);
+        let client = ClientId(1);
+        engine.connect(client);
+        engine.watch(10, client, &TubeName::new("t").expect("valid"));
+        assert!(matches!(engine.reserve(10, client, None), Reserve::Waiting));
+        engine.adopt(record(FOREIGN_ID_BASE + 7, DurableState::Ready));
+        let events = engine.take_events();
+        assert!(
+            matches!(&events[..], [Event::Reserved { client: c, job }] if *c == client && job.id == FOREIGN_ID_BASE + 7),
+            "{events:?}"
+        );
+        assert!(engine.take_changes().is_empty());
+        // Adopting twice changes nothing; the engine's own ids still start at 1.
+        engine.adopt(record(FOREIGN_ID_BASE + 7, DurableState::Buried));
+        assert_eq!(
+            engine.job_state(FOREIGN_ID_BASE + 7),
+            Some(JobState::Reserved)
+        );
+        let id = engine
+            .put(10, ClientId(2), 1, 0, 1000, Bytes::new())
+            .expect("put");
+        assert_eq!(id, 1);
+    }
+
+    #[test]
+    fn forget_drops_unreserved_jobs_only() {
+        let mut engine = Engine::new(Config::default(), 10);
+        engine.adopt(record(FOREIGN_ID_BASE, DurableState::Ready));
+        engine.adopt(record(FOREIGN_ID_BASE + 1, DurableState::Ready));
+        let client = ClientId(1);
+        engine.connect(client);
+        engine.watch(10, client, &TubeName::new("t").expect("valid"));
+        assert!(
+            matches!(engine.reserve(10, client, None), Reserve::Job(j) if j.id == FOREIGN_ID_BASE)
+        );
+        assert!(
+            !engine.forget(FOREIGN_ID_BASE),
+            "reserved: stays with its holder"
+        );
+        assert!(engine.forget(FOREIGN_ID_BASE + 1));
+        assert_eq!(engine.job_state(FOREIGN_ID_BASE + 1), None);
+        assert!(!engine.forget(FOREIGN_ID_BASE + 1), "gone already");
+        assert!(engine.take_changes().is_empty());
+        assert_eq!(engine.stats().cmd.delete, 0, "not a client's command");
+    }
+
+    #[test]
+    fn recovery_ignores_foreign_ids_for_the_id_counter() {
+        let engine = Engine::recover(
+            Config::default(),
+            10,
+            5,
+            vec![record(FOREIGN_ID_BASE + 1, DurableState::Ready)],
+        );
+        assert_eq!(engine.job_state(FOREIGN_ID_BASE + 1), Some(JobState::Ready));
+        let mut engine = engine;
+        assert_eq!(engine.put(10, ClientId(1), 1, 0, 1000, Bytes::new()), Ok(5));
+    }
+
+    #[test]
+    fn a_far_foreign_job_is_counted_and_loaded_with_the_window() {
+        let mut engine = Engine::new(
+            Config {
+                window: Some(1000),
+                ..Config::default()
+            },
+            0,
+        );
+        engine.adopt(record(
+            FOREIGN_ID_BASE,
+            DurableState::Delayed { until: 5000 },
+        ));
+        assert_eq!(
+            engine.job_state(FOREIGN_ID_BASE),
+            None,
+            "far: not in memory"
+        );
+        assert!(
+            engine.needs_load(FOREIGN_ID_BASE),
+            "reachable by id through a load"
+        );
+        assert_eq!(engine.stats().delayed, 1);
+    }
+}

@@ -1,0 +1,269 @@
+//! The server on PostgreSQL (`--postgres URL`): the active node of a schema, its standbys, and
+//! the jobs applications put with SQL. Design: `docs/decisions/0008-postgresql-backend.md`.
+//!
+//! # Ground rules
+//!
+//! - A node serves only while it holds the schema's [`ActiveLock`]; it waits for the lock
+//!   (standby) before it reads a single job, so two engines never decide about the same jobs.
+//!   A node that loses the lock's session exits at once (status 75): it can no longer know
+//!   that it is alone, and everything it acknowledged is committed already.
+//! - Every PostgreSQL call here runs on a plain thread (the synchronous client refuses to run
+//!   on an async runtime's worker): [`open`] on a scoped thread, [`Watcher`] on its own.
+//! - Jobs put by `<schema>.put(...)` reach the engine only through [`Engine::adopt`]
+//!   (notified after the application's commit; polled every [`POLL`] as a fallback, for ids
+//!   above the largest seen), and SQL deletes through [`Engine::forget`]. Both go through
+//!   [`Shared::apply`], so waiting reservers are served and the timer driver is woken as for a
+//!   client's `put`.
+//!
+//! [`Engine::adopt`]: tickwheel_queue::Engine::adopt
+//! [`Engine::forget`]: tickwheel_queue::Engine::forget
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use postgres::fallible_iterator::FallibleIterator as _;
+use postgres::{Client, NoTls};
+use tickwheel_pg::{ActiveLock, PgOptions, PgStore};
+use tickwheel_queue::{JobId, FOREIGN_ID_BASE};
+use tickwheel_store::{Recovered, Store};
+
+use crate::shared::Shared;
+
+/// How often the watcher checks the active lock and polls for SQL puts whose notification it
+/// may have missed: the bound on how late a committed SQL put reaches a node whose listening
+/// connection broke.
+pub(crate) const POLL: Duration = Duration::from_secs(1);
+
+/// Exit status of a node that lost its active lock (EX_TEMPFAIL: a supervisor restarts it,
+/// and it comes back as a standby).
+const LOST_LOCK_EXIT: i32 = 75;
+
+/// What [`open`] hands the server: the store, what it holds, and the lock.
+pub(crate) struct Opened {
+    pub(crate) store: Arc<PgStore>,
+    pub(crate) recovered: Recovered,
+    pub(crate) lock: ActiveLock,
+}
+
+/// Waits to become the active node of the schema (logging that it is a standby while it
+/// waits), opens the store (creating or migrating the schema) and reads what the engine
+/// starts from, on a plain thread.
+///
+/// # Errors
+///
+/// The database is unreachable, refuses, or has a newer schema than this build knows.
+pub(crate) fn open(options: &PgOptions, window_end_ms: u64) -> anyhow::Result<Opened> {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| -> anyhow::Result<Opened> {
+                // The schema first, so a newer schema is refused before waiting for the lock.
+                let store = PgStore::open(options).with_context(|| {
+                    format!("cannot open PostgreSQL schema {}", options.schema.as_str())
+                })?;
+                let lock = ActiveLock::acquire(options, || {
+                    tracing::info!(
+                        schema = options.schema.as_str(),
+                        "another node is active on this schema: waiting as a standby"
+                    );
+                })
+                .context("cannot take the schema's active-node lock")?;
+                let recovered = store
+                    .recover(window_end_ms)
+                    .context("cannot read the jobs from PostgreSQL")?;
+                Ok(Opened {
+                    store: Arc::new(store),
+                    recovered,
+                    lock,
+                })
+            })
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the PostgreSQL start-up thread panicked")))
+    })
+}
+
+/// The foreign ids among `recovered`'s jobs: the engine has them already.
+pub(crate) fn foreign_ids(recovered: &Recovered) -> HashSet<JobId> {
+    recovered
+        .resident
+        .iter()
+        .map(|r| r.id)
+        .filter(|id| *id >= FOREIGN_ID_BASE)
+        .collect()
+}
+
+/// Foreign ids handed to the engine, each at most once: a job adopted (by notification or
+/// poll), then reserved and deleted by a client, must not come back from a second
+/// notification or a poll that read the row before the client's delete committed.
+struct Adopted {
+    ids: HashSet<JobId>,
+    /// The largest id ever adopted: the poll looks above it.
+    largest: JobId,
+}
+
+impl Adopted {
+    /// Entries beyond this are pruned to the ids whose rows still exist (a deleted row can
+    /// never be read again, so its id needs no guard).
+    const PRUNE_AT: usize = 100_000;
+
+    fn new(ids: HashSet<JobId>) -> Adopted {
+        let largest = ids.iter().copied().max().unwrap_or(FOREIGN_ID_BASE - 1);
+        Adopted { ids, largest }
+    }
+
+    /// Whether `id` is new (and records it).
+    fn first_time(&mut self, id: JobId) -> bool {
+        self.largest = self.largest.max(id);
+        self.ids.insert(id)
+    }
+
+    fn prune(&mut self, store: &PgStore) {
+        if self.ids.len() < Self::PRUNE_AT {
+            return;
+        }
+        let ids: Vec<JobId> = self.ids.iter().copied().collect();
+        match store.existing(&ids) {
+            Ok(live) => self.ids = live.into_iter().collect(),
+            Err(error) => tracing::warn!(%error, "cannot prune the adopted-id set"),
+        }
+    }
+}
+
+/// The node's watcher thread: holds the active lock, listens for SQL puts and deletes, polls
+/// as a fallback. Stops when dropped (within [`POLL`]).
+pub(crate) struct Watcher {
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Watcher {
+    /// Starts the watcher.
+    ///
+    /// # Errors
+    ///
+    /// The OS refused to start a thread.
+    pub(crate) fn start(
+        shared: Arc<Shared>,
+        store: Arc<PgStore>,
+        lock: ActiveLock,
+        adopted: HashSet<JobId>,
+    ) -> std::io::Result<Watcher> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        std::thread::Builder::new()
+            .name("tickwheel-pg-watch".into())
+            .spawn(move || watch(&shared, &store, lock, Adopted::new(adopted), &flag))?;
+        Ok(Watcher { stop })
+    }
+}
+
+fn listen(store: &PgStore) -> Result<Client, postgres::Error> {
+    let options = store.options();
+    let mut client = Client::connect(&options.url, NoTls)?;
+    client.batch_execute(&format!(
+        "LISTEN {}; LISTEN {}",
+        options.schema.put_channel(),
+        options.schema.delete_channel()
+    ))?;
+    Ok(client)
+}
+
+fn watch(
+    shared: &Shared,
+    store: &PgStore,
+    mut lock: ActiveLock,
+    mut adopted: Adopted,
+    stop: &AtomicBool,
+) {
+    let put_channel = store.options().schema.put_channel();
+    let mut listener: Option<Client> = None;
+    while !stop.load(Ordering::Relaxed) {
+        if !lock.still_held(Duration::from_secs(10)) {
+            tracing::error!(
+                "lost the connection holding this node's active lock: another node may take \
+                 over, so this one stops now (everything acknowledged is committed)"
+            );
+            std::process::exit(LOST_LOCK_EXIT);
+        }
+        if listener.as_ref().is_none_or(Client::is_closed) {
+            listener = match listen(store) {
+                Ok(c) => Some(c),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot LISTEN for SQL puts; polling meanwhile");
+                    None
+                }
+            };
+        }
+        let mut puts: Vec<JobId> = Vec::new();
+        let mut deletes: Vec<JobId> = Vec::new();
+        if let Some(client) = listener.as_mut() {
+            let mut notes = client.notifications();
+            let mut it = notes.timeout_iter(POLL);
+            loop {
+                match it.next() {
+                    Ok(Some(note)) => {
+                        let Ok(id) = note.payload().parse::<JobId>() else {
+                            continue;
+                        };
+                        if note.channel() == put_channel {
+                            puts.push(id);
+                        } else {
+                            deletes.push(id);
+                        }
+                        // Drain what is queued without waiting again.
+                        if puts.len() + deletes.len() >= 1000 {
+                            break;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(error) => {
+                        tracing::warn!(%error, "the LISTEN connection broke; reconnecting");
+                        break;
+                    }
+                }
+            }
+        } else {
+            std::thread::sleep(POLL);
+        }
+        if !deletes.is_empty() {
+            shared.apply(|engine| {
+                for id in &deletes {
+                    engine.forget(*id);
+                }
+            });
+        }
+        let mut records = Vec::new();
+        for id in puts {
+            if adopted.ids.contains(&id) {
+                continue;
+            }
+            match store.get(id) {
+                Ok(Some(record)) => records.push(record),
+                Ok(None) => {} // deleted again before we read it
+                Err(error) => tracing::warn!(%error, id, "cannot read a job put by SQL"),
+            }
+        }
+        // The fallback: SQL puts above the largest id seen (a notification lost with a broken
+        // LISTEN connection).
+        match store.foreign_after(adopted.largest, 1000) {
+            Ok(more) => records.extend(more),
+            Err(error) => tracing::warn!(%error, "cannot poll for jobs put by SQL"),
+        }
+        records.retain(|r| adopted.first_time(r.id));
+        adopted.prune(store);
+        if !records.is_empty() {
+            shared.apply(|engine| {
+                for record in records {
+                    engine.adopt(record);
+                }
+            });
+        }
+    }
+}
