@@ -319,11 +319,6 @@ impl Handle {
     }
 }
 
-/// The idempotency keys of the far-future delayed jobs (due at or after `from`), which stay
-/// on disk: the engine keeps a `(tube, key) → id` map of every live keyed job, so a put can
-/// find a job due next month by its key without a store read. Read page by page through the
-/// store's due-time index, keeping only the keys (bodies are dropped page by page).
-
 /// The engine a server starts from, and how many jobs it recovered: the stored jobs due within
 /// the window in memory, the far ones counted, and the idempotency keys of the far ones read
 /// from the store (the same for every backend).
@@ -351,6 +346,11 @@ fn start_engine(
     engine.add_far_keys(far_keys);
     Ok((engine, recovered_jobs))
 }
+
+/// The idempotency keys of the far-future delayed jobs (due at or after `from`), which stay
+/// on disk: the engine keeps a `(tube, key) → id` map of every live keyed job, so a put can
+/// find a job due next month by its key without a store read. Read page by page through the
+/// store's due-time index, keeping only the keys (bodies are dropped page by page).
 fn far_keys(store: &dyn Store, from: u64) -> Result<Vec<(TubeName, String, JobId)>, StoreError> {
     far_keys_paged(store, from, 4096)
 }
