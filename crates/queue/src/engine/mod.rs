@@ -13,6 +13,8 @@ mod clients;
 mod inspect;
 mod producer;
 mod state;
+mod timeline;
+pub use timeline::{MAX_TIMELINE_HOURS, TIMELINE_FINE_BUCKETS};
 mod tubes;
 mod window;
 mod worker;
