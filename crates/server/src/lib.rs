@@ -168,13 +168,22 @@ impl Server {
             .context("cannot recover the stored jobs")?;
         let far_jobs: u64 = recovered.far_delayed.iter().map(|(_, n)| n).sum();
         let recovered_jobs = recovered.resident.len() + far_jobs as usize;
-        let engine = Engine::recover_windowed(
+        let window_end = engine_config.window_end_at(now);
+        let mut engine = Engine::recover_windowed(
             engine_config,
             now,
             recovered.next_id,
             recovered.resident,
             recovered.far_delayed,
         );
+        if far_jobs > 0 {
+            // The due timeline counts far jobs too: one paged read of the due index.
+            store
+                .for_each_due(window_end, &mut |tube, until| {
+                    engine.note_far_due(tube, until);
+                })
+                .context("cannot read the due index of far-future jobs")?;
+        }
         let shared = Shared::new(engine, store, config.clock.clone())
             .context("cannot start the commit and timer threads")?;
         Ok(Server {
