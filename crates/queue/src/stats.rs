@@ -77,6 +77,11 @@ pub struct TubeStats {
     pub cmd_pause_tube: u64,
     /// Until the tube unpauses, in ms (0 if not paused).
     pub pause_time_left: Millis,
+    /// Reservations of this tube's jobs (this process; not a beanstalkd statistic).
+    pub reserves: u64,
+    /// Reservations of this tube's jobs that ran out (this process; not a beanstalkd
+    /// statistic).
+    pub timeouts: u64,
 }
 
 /// `stats-job`.

@@ -30,6 +30,9 @@ pub(crate) struct Tube {
     /// Clients waiting in `reserve` while watching this tube, in arrival order.
     pub(crate) waiters: BTreeMap<u64, ClientId>,
     pub(crate) total_jobs: u64,
+    /// Jobs of this tube reserved, and reservations that ran out (this process).
+    pub(crate) reserves: u64,
+    pub(crate) timeouts: u64,
     pub(crate) cmd_delete: u64,
     pub(crate) cmd_pause_tube: u64,
     /// The last `pause-tube` delay, and the pause in force.
@@ -58,6 +61,8 @@ impl Tube {
             watching: 0,
             waiters: BTreeMap::new(),
             total_jobs: 0,
+            reserves: 0,
+            timeouts: 0,
             cmd_delete: 0,
             cmd_pause_tube: 0,
             pause: 0,

@@ -57,6 +57,38 @@ pub struct JobView {
     pub body: Bytes,
 }
 
+/// A new job for [`Engine::put_job`](crate::Engine::put_job): `put` with the tube named, and an
+/// optional idempotency key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewJob {
+    /// The tube (created if needed).
+    pub tube: TubeName,
+    /// Priority: lower is more urgent.
+    pub priority: u32,
+    /// Delay in ms (0: ready at once).
+    pub delay: Millis,
+    /// Time to run in ms (raised to one second).
+    pub ttr: Millis,
+    /// The body.
+    pub body: Bytes,
+    /// A put whose key matches a live job of the same tube changes nothing and answers that
+    /// job's id.
+    pub idempotency_key: Option<String>,
+}
+
+/// Everything known about one job: [`Engine::job_detail`](crate::Engine::job_detail).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobDetail {
+    /// The `stats-job` figures.
+    pub stats: crate::JobStats,
+    /// When a delayed job is due (engine clock ms); `None` in other states.
+    pub due_at: Option<Millis>,
+    /// The body.
+    pub body: Bytes,
+    /// The idempotency key given at put.
+    pub idempotency_key: Option<String>,
+}
+
 /// Something that happened to a waiting client outside of its own command: the reply to a
 /// `reserve` that was waiting.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -125,7 +157,13 @@ pub struct JobRecord {
     pub created: Millis,
     /// The body.
     pub body: Bytes,
+    /// The idempotency key given at put (HTTP API), unique among the live jobs of its tube.
+    /// At most [`MAX_IDEMPOTENCY_KEY`] bytes.
+    pub idempotency_key: Option<String>,
 }
+
+/// The longest idempotency key, in bytes.
+pub const MAX_IDEMPOTENCY_KEY: usize = 200;
 
 /// A durable change an operation made. The caller must persist every change an operation
 /// produced before telling the client it succeeded (see [`Engine::take_changes`]).
@@ -191,6 +229,9 @@ pub enum Error {
     IdsExhausted,
     /// Nothing was done: the operation needs this read from the store first (see [`Load`]).
     NeedsLoad(Load),
+    /// The job is reserved by a worker, and the operation is one an operator may not do to a
+    /// reserved job ([`Engine::bury_job`](crate::Engine::bury_job)).
+    Reserved,
 }
 
 impl fmt::Display for Error {
@@ -202,6 +243,7 @@ impl fmt::Display for Error {
             Error::JobTooBig => "the job body is larger than the maximum job size",
             Error::IdsExhausted => "job ids are exhausted",
             Error::NeedsLoad(_) => "the operation needs jobs read from the store first",
+            Error::Reserved => "the job is reserved by a worker",
         })
     }
 }

@@ -30,16 +30,19 @@
 #![forbid(unsafe_code)]
 
 mod conn;
+mod http;
 mod shared;
 mod stats;
+
+pub use http::{HttpHandle, HttpOptions, HttpServer};
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
 pub use tickwheel::{Clock, ManualClock, SystemClock};
-use tickwheel_queue::Engine;
-use tickwheel_store::{DiskOptions, DiskStore, Durability, MemStore, Store};
+use tickwheel_queue::{Engine, JobId, TubeName};
+use tickwheel_store::{DiskOptions, DiskStore, Durability, MemStore, Store, StoreError};
 use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -143,6 +146,7 @@ impl Server {
     /// use by pid N"), or its contents are corrupt (the error names the file and offset where
     /// the store can tell).
     pub fn open(config: &Config) -> anyhow::Result<Server> {
+        let started = std::time::Instant::now();
         let store: Arc<dyn Store> = match &config.data_dir {
             Some(dir) => {
                 std::fs::create_dir_all(dir)
@@ -169,6 +173,12 @@ impl Server {
         let far_jobs: u64 = recovered.far_delayed.iter().map(|(_, n)| n).sum();
         let recovered_jobs = recovered.resident.len() + far_jobs as usize;
         let window_end = engine_config.window_end_at(now);
+        let far_keys = if far_jobs > 0 {
+            far_keys(&*store, window_end)
+                .context("cannot read the idempotency keys of the stored far-future jobs")?
+        } else {
+            Vec::new()
+        };
         let mut engine = Engine::recover_windowed(
             engine_config,
             now,
@@ -184,13 +194,23 @@ impl Server {
                 })
                 .context("cannot read the due index of far-future jobs")?;
         }
+        engine.add_far_keys(far_keys);
         let shared = Shared::new(engine, store, config.clock.clone())
             .context("cannot start the commit and timer threads")?;
+        shared
+            .metrics
+            .set_recovery_seconds(started.elapsed().as_secs_f64());
         Ok(Server {
             shared: Arc::new(shared),
             max_job_size: config.max_job_size,
             recovered_jobs,
         })
+    }
+
+    /// Lets `http` serve this server's API (until then it answers `503 not_ready`, and
+    /// `/readyz` says so).
+    pub fn attach_http(&self, http: &HttpHandle) {
+        http.attach(self.shared.clone());
     }
 
     /// Number of jobs recovered from the store.
@@ -266,6 +286,58 @@ impl Handle {
     }
 }
 
+/// The idempotency keys of the far-future delayed jobs (due at or after `from`), which stay
+/// on disk: the engine keeps a `(tube, key) → id` map of every live keyed job, so a put can
+/// find a job due next month by its key without a store read. Read page by page through the
+/// store's due-time index, keeping only the keys (bodies are dropped page by page).
+fn far_keys(store: &dyn Store, from: u64) -> Result<Vec<(TubeName, String, JobId)>, StoreError> {
+    far_keys_paged(store, from, 4096)
+}
+
+fn far_keys_paged(
+    store: &dyn Store,
+    from: u64,
+    page_len: usize,
+) -> Result<Vec<(TubeName, String, JobId)>, StoreError> {
+    let mut keys = Vec::new();
+    let mut from = from;
+    // The last (until, id) taken: a page starts at its `until` again, so skip up to it.
+    let mut last: Option<(u64, JobId)> = None;
+    loop {
+        let page = store.delayed_between(from, u64::MAX, page_len)?;
+        let full = page.len() == page_len;
+        let until_of = |r: &tickwheel_queue::JobRecord| match r.state {
+            tickwheel_queue::DurableState::Delayed { until } => until,
+            _ => 0,
+        };
+        let (first, end) = match (page.first(), page.last()) {
+            (Some(f), Some(l)) => (until_of(f), until_of(l)),
+            _ => return Ok(keys),
+        };
+        let same_ms = full && first == end;
+        let page = if same_ms {
+            // More than a page due in one millisecond: read that millisecond whole.
+            store.delayed_between(first, first.saturating_add(1), usize::MAX)?
+        } else {
+            page
+        };
+        for r in page {
+            let at = (until_of(&r), r.id);
+            if last.is_some_and(|l| at <= l) {
+                continue;
+            }
+            last = Some(at);
+            if let Some(key) = r.idempotency_key {
+                keys.push((r.tube, key, r.id));
+            }
+        }
+        if !full || end == u64::MAX {
+            return Ok(keys);
+        }
+        from = if same_ms { first + 1 } else { end };
+    }
+}
+
 enum Stream {
     Tcp(tokio::net::TcpStream),
     Unix(tokio::net::UnixStream),
@@ -275,5 +347,59 @@ async fn accept(listener: &Listener) -> std::io::Result<Stream> {
     match listener {
         Listener::Tcp(l) => l.accept().await.map(|(s, _)| Stream::Tcp(s)),
         Listener::Unix(l) => l.accept().await.map(|(s, _)| Stream::Unix(s)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use tickwheel_queue::{Change, DurableState, JobRecord};
+
+    #[test]
+    fn far_keys_are_read_whole_across_pages_and_crowded_milliseconds() {
+        let store = MemStore::new();
+        let tube = TubeName::new("t").expect("valid");
+        // Due times with many jobs in one millisecond (more than a page), some keyed.
+        let mut batch = Vec::new();
+        let mut expected = Vec::new();
+        for id in 1..=40u64 {
+            let until = match id {
+                1..=10 => 5_000,
+                11..=30 => 6_000 + id % 3,
+                _ => 9_000 + id,
+            };
+            let key = (id % 2 == 0).then(|| format!("k{id}"));
+            if let Some(k) = &key {
+                expected.push((tube.clone(), k.clone(), id));
+            }
+            batch.push(Change::Put(JobRecord {
+                id,
+                tube: tube.clone(),
+                priority: 0,
+                ttr: 1_000,
+                state: DurableState::Delayed { until },
+                created: 0,
+                body: Bytes::new(),
+                idempotency_key: key,
+            }));
+        }
+        // Before the window end: not far, not read.
+        batch.push(Change::Put(JobRecord {
+            id: 41,
+            tube: tube.clone(),
+            priority: 0,
+            ttr: 1_000,
+            state: DurableState::Delayed { until: 10 },
+            created: 0,
+            body: Bytes::new(),
+            idempotency_key: Some("near".into()),
+        }));
+        store.commit(&batch).expect("commit");
+        for page in [1, 2, 3, 7, 40, 1000] {
+            let mut keys = far_keys_paged(&store, 1_000, page).expect("read");
+            keys.sort_by_key(|k| k.2);
+            assert_eq!(keys, expected, "page of {page}");
+        }
     }
 }

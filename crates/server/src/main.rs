@@ -56,6 +56,18 @@ struct Args {
     /// own files.
     #[arg(short = 's', value_name = "BYTES")]
     binlog_size: Option<u64>,
+    /// Serve the HTTP/JSON API, /metrics and health checks on ADDR (host:port, e.g.
+    /// 127.0.0.1:11380). Off by default. A non-loopback ADDR needs --http-token.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<String>,
+    /// Read the HTTP API's bearer token from FILE (surrounding whitespace ignored): calls that
+    /// change jobs or tubes then need `Authorization: Bearer <token>`.
+    #[arg(long, value_name = "FILE", requires = "http")]
+    http_token: Option<PathBuf>,
+    /// HTTP requests per second allowed per client IP, on average (bursts of twice that);
+    /// 0: no limit.
+    #[arg(long, value_name = "N", default_value_t = 200)]
+    http_rate: u32,
     /// Print the version and exit.
     #[arg(short = 'v', long = "version")]
     version: bool,
@@ -102,15 +114,44 @@ fn main() -> anyhow::Result<()> {
         min_free_bytes: args.min_free_space,
     };
     let _ = args.binlog_size;
+    let http = match args.http {
+        Some(addr) => {
+            let token = match &args.http_token {
+                Some(file) => Some(
+                    std::fs::read_to_string(file)
+                        .with_context(|| {
+                            format!("cannot read the HTTP token from {}", file.display())
+                        })?
+                        .trim()
+                        .to_owned(),
+                ),
+                None => None,
+            };
+            let options = tickwheel_server::HttpOptions {
+                token,
+                // A body in base64 takes 4/3 of its size, plus the JSON around it.
+                max_body: args.max_job_size.saturating_mul(4) / 3 + 16 * 1024,
+                rate_per_sec: args.http_rate,
+                rate_burst: args.http_rate.saturating_mul(2),
+            };
+            Some((addr, options))
+        }
+        None => None,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("tickwheel-io")
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(serve(args.listen, args.port, config))
+    runtime.block_on(serve(args.listen, args.port, config, http))
 }
 
-async fn serve(listen: String, port: u16, config: Config) -> anyhow::Result<()> {
+async fn serve(
+    listen: String,
+    port: u16,
+    config: Config,
+    http: Option<(String, tickwheel_server::HttpOptions)>,
+) -> anyhow::Result<()> {
     let addr = if listen.starts_with("unix:") {
         listen
     } else if listen.contains(':') && !listen.starts_with('[') {
@@ -125,7 +166,22 @@ async fn serve(listen: String, port: u16, config: Config) -> anyhow::Result<()> 
     if config.data_dir.is_none() {
         tracing::info!("jobs are kept in memory only and a restart loses them; to keep them, start with -b DIR");
     }
+    let shutdown = CancellationToken::new();
+    // The HTTP listener first: /healthz answers and /readyz says 503 during a long recovery.
+    let http = match http {
+        Some((http_addr, options)) => {
+            let http = tickwheel_server::HttpServer::bind(&http_addr, options).await?;
+            tracing::info!(addr = %http.local_addr()?, "HTTP API listening");
+            let handle = http.handle();
+            Some((handle, tokio::spawn(http.run(shutdown.clone()))))
+        }
+        None => None,
+    };
     let server = Server::open(&config)?;
+    let http_task = http.map(|(handle, task)| {
+        server.attach_http(&handle);
+        task
+    });
     let listener = Listener::bind(&addr).await?;
     tracing::info!(
         %addr,
@@ -134,7 +190,6 @@ async fn serve(listen: String, port: u16, config: Config) -> anyhow::Result<()> 
         recovered_jobs = server.recovered_jobs(),
         "tickwheel-server listening"
     );
-    let shutdown = CancellationToken::new();
     let signals = shutdown.clone();
     tokio::spawn(async move {
         stop_signals.wait().await;
@@ -151,6 +206,9 @@ async fn serve(listen: String, port: u16, config: Config) -> anyhow::Result<()> 
         });
     }
     server.run(listener, shutdown).await;
+    if let Some(task) = http_task {
+        let _ = task.await;
+    }
     tracing::info!("stopped");
     Ok(())
 }

@@ -28,6 +28,8 @@ use tickwheel_queue::{ClientId, Engine, Event, Load, Millis};
 use tickwheel_store::{GroupCommit, Store, StoreError, Ticket};
 use tokio::sync::{mpsc, Notify};
 
+use crate::http::metrics::{MeteredStore, Metrics};
+
 /// A reply to send once its commit is durable.
 pub(crate) type Pending = (Ticket, Reply);
 
@@ -71,6 +73,8 @@ pub(crate) struct Shared {
     /// Writes are being refused for lack of free space (logged once when it starts and once
     /// when it ends).
     low_space: AtomicBool,
+    /// What `/metrics` reports beyond the engine's own counts.
+    pub(crate) metrics: Metrics,
 }
 
 impl Shared {
@@ -89,6 +93,9 @@ impl Shared {
             .build()
             .map_err(std::io::Error::other)?;
         let started = clock.now();
+        let metrics = Metrics::new();
+        // Commits are timed and counted below the group commit: one store commit per batch.
+        let store: Arc<dyn Store> = Arc::new(MeteredStore::new(store, &metrics));
         // A seed for the instance id, not a time: the real clock even under a manual one, so
         // that two servers of one test do not share an id.
         let nanos = SystemTime::now()
@@ -115,6 +122,7 @@ impl Shared {
             latest: AtomicU64::new(0),
             failure_logged: AtomicBool::new(false),
             low_space: AtomicBool::new(false),
+            metrics,
         })
     }
 
@@ -175,6 +183,11 @@ impl Shared {
                 Reply::InternalError
             }
         }
+    }
+
+    /// Logs a failed commit once (see [`Shared::settle`]).
+    pub(crate) fn log_commit_failure(&self, error: &StoreError) {
+        self.log_store_failure(error);
     }
 
     fn log_store_failure(&self, error: &StoreError) {
@@ -291,6 +304,9 @@ impl Shared {
                 }
             }
         };
+        for ms in engine.take_lateness() {
+            self.metrics.observe_lateness(ms);
+        }
         let events = engine.take_events();
         if !events.is_empty() {
             let waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
@@ -349,6 +365,7 @@ impl Shared {
                 return Err(error);
             }
         };
+        self.metrics.window_loaded(records.len());
         self.apply(|engine| engine.load_window(records));
         Ok(true)
     }

@@ -159,7 +159,7 @@ pub(crate) fn server(shared: &Shared, s: &Stats) -> Bytes {
 
 /// User and system CPU seconds of this process, from `/proc/self/stat` (Linux; clock ticks
 /// of 1/100 s, the kernel's `USER_HZ`). Zero where that file does not exist.
-fn cpu_times() -> (f64, f64) {
+pub(crate) fn cpu_times() -> (f64, f64) {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     // Fields after the command name (which is in parentheses and may contain spaces).
     let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
@@ -175,7 +175,7 @@ fn cpu_times() -> (f64, f64) {
     (ticks(11), ticks(12))
 }
 
-fn read_trimmed(path: &str) -> String {
+pub(crate) fn read_trimmed(path: &str) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let word: String = text.trim().chars().filter(|c| !c.is_control()).collect();
     if word.is_empty() {

@@ -53,6 +53,7 @@ fn job(id: u64, rng: &mut Rng, _body: &Bytes) -> JobRecord {
         },
         created: 0,
         body: Bytes::from(body),
+        idempotency_key: None,
     }
 }
 

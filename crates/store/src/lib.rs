@@ -43,6 +43,7 @@
 //!     state: DurableState::Delayed { until: 86_400_000 },
 //!     created: 0,
 //!     body: Bytes::from_static(b"send the report"),
+//!     idempotency_key: None,
 //! };
 //! // Durable (fsynced) once this returns: the id block and the job, in one atomic batch.
 //! store.commit(&[Change::ReserveIds { end: 1000 }, Change::Put(job.clone())])?;

@@ -3,14 +3,14 @@
 //! The store speaks the engine's vocabulary ([`tickwheel_queue::Change`],
 //! [`tickwheel_queue::JobRecord`], [`TubeName`]); this module only maps it to bytes.
 //!
-//! # Record encoding (format version 1)
+//! # Record encoding (layouts 1 and 2)
 //!
 //! The value stored for a job in the `resident` table (key: the id, big-endian) or the `due`
 //! table (key: `until` BE ++ id BE):
 //!
 //! | offset | size | field |
 //! |-------:|-----:|-------|
-//! | 0 | 1 | record layout, [`RECORD_LAYOUT`] (1) |
+//! | 0 | 1 | record layout: 1, or [`RECORD_LAYOUT`] (2) for a job with an idempotency key |
 //! | 1 | 1 | state: 0 ready, 1 delayed, 2 buried |
 //! | 2 | 8 | `until` (LE, engine-clock ms; 0 unless delayed) |
 //! | 10 | 4 | priority (LE) |
@@ -18,21 +18,38 @@
 //! | 22 | 8 | `created` (LE, engine-clock ms) |
 //! | 30 | 1 | tube length `T` (≤ [`MAX_TUBE_NAME`]) |
 //! | 31 | `T` | tube name: a valid [`TubeName`], or the record is corrupt |
-//! | 31 + `T` | rest | body |
+//! | 31 + `T` | rest | body (layout 1) |
+//!
+//! Layout 2 (a job put with an idempotency key, HTTP API) inserts the key before the body:
+//!
+//! | offset | size | field |
+//! |-------:|-----:|-------|
+//! | 31 + `T` | 1 | key length `K` (1 ..= [`MAX_IDEMPOTENCY_KEY`]) |
+//! | 32 + `T` | `K` | key, UTF-8 |
+//! | 32 + `T` + `K` | rest | body |
+//!
+//! A job without a key is still written in layout 1, byte for byte as before, so data
+//! directories written before keys existed open unchanged, and ones that never used a key
+//! still open in an older server. Delays were stored in milliseconds from the start
+//! (`until`), so millisecond delays needed no new field.
 //!
 //! The embedded engine checksums its journal and blocks; this layer only checks structure.
 //!
 //! [`Store::recover`]: crate::Store::recover
 
 use bytes::Bytes;
-use tickwheel_queue::{Change, DurableState, JobId, JobRecord, TubeName, MAX_TUBE_NAME};
+use tickwheel_queue::{
+    Change, DurableState, JobId, JobRecord, TubeName, MAX_IDEMPOTENCY_KEY, MAX_TUBE_NAME,
+};
 
 use crate::StoreError;
 
 /// Largest job body this store accepts, in bytes (16 MiB; beanstalkd's default is 64 KiB).
 pub const MAX_BODY_LEN: usize = 16 << 20;
-/// Version of the per-record layout, the first byte of every record.
-pub const RECORD_LAYOUT: u8 = 1;
+/// The newest per-record layout, the first byte of a record (layout 1, without an
+/// idempotency key, is still written for jobs that have none, and read).
+pub const RECORD_LAYOUT: u8 = 2;
+const LAYOUT_V1: u8 = 1;
 
 const HEADER_LEN: usize = 31;
 
@@ -84,8 +101,8 @@ pub(crate) fn ids_reserved(batch: &[Change]) -> Option<JobId> {
 ///
 /// # Errors
 ///
-/// [`StoreError::TooLarge`] for a body over [`MAX_BODY_LEN`]. (A tube name is a [`TubeName`],
-/// valid by construction.)
+/// [`StoreError::TooLarge`] for a body over [`MAX_BODY_LEN`], or an idempotency key empty or
+/// over [`MAX_IDEMPOTENCY_KEY`] bytes. (A tube name is a [`TubeName`], valid by construction.)
 pub fn validate(batch: &[Change]) -> Result<(), StoreError> {
     for c in batch {
         if let Change::Put(r) = c {
@@ -95,6 +112,15 @@ pub fn validate(batch: &[Change]) -> Result<(), StoreError> {
                     len: r.body.len(),
                     max: MAX_BODY_LEN,
                 });
+            }
+            if let Some(key) = &r.idempotency_key {
+                if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY {
+                    return Err(StoreError::TooLarge {
+                        what: "idempotency key (1 to 200 bytes)",
+                        len: key.len(),
+                        max: MAX_IDEMPOTENCY_KEY,
+                    });
+                }
             }
         }
     }
@@ -110,8 +136,14 @@ pub(crate) fn encode(r: &JobRecord) -> Vec<u8> {
     };
     let tube = r.tube.as_str();
     let tube_len = u8::try_from(tube.len()).expect("a TubeName is at most 200 bytes");
-    let mut v = Vec::with_capacity(HEADER_LEN + tube.len() + r.body.len());
-    v.push(RECORD_LAYOUT);
+    let key = r.idempotency_key.as_deref();
+    let mut v =
+        Vec::with_capacity(HEADER_LEN + tube.len() + 1 + key.map_or(0, str::len) + r.body.len());
+    v.push(if key.is_some() {
+        RECORD_LAYOUT
+    } else {
+        LAYOUT_V1
+    });
     v.push(tag);
     v.extend_from_slice(&until.to_le_bytes());
     v.extend_from_slice(&r.priority.to_le_bytes());
@@ -119,6 +151,11 @@ pub(crate) fn encode(r: &JobRecord) -> Vec<u8> {
     v.extend_from_slice(&r.created.to_le_bytes());
     v.push(tube_len);
     v.extend_from_slice(tube.as_bytes());
+    if let Some(key) = key {
+        let key_len = u8::try_from(key.len()).expect("validate() bounds the key to 200 bytes");
+        v.push(key_len);
+        v.extend_from_slice(key.as_bytes());
+    }
     v.extend_from_slice(&r.body);
     v
 }
@@ -131,8 +168,9 @@ pub(crate) fn decode(id: JobId, v: &[u8]) -> Result<JobRecord, String> {
             v.len()
         ));
     }
-    if v[0] != RECORD_LAYOUT {
-        return Err(format!("job {id}: unknown record layout {}", v[0]));
+    let layout = v[0];
+    if layout != LAYOUT_V1 && layout != RECORD_LAYOUT {
+        return Err(format!("job {id}: unknown record layout {layout}"));
     }
     let u64_at = |at: usize| {
         let mut b = [0u8; 8];
@@ -156,6 +194,21 @@ pub(crate) fn decode(id: JobId, v: &[u8]) -> Result<JobRecord, String> {
     let tube = std::str::from_utf8(&v[HEADER_LEN..tube_end])
         .map_err(|e| format!("job {id}: tube name is not UTF-8: {e}"))?;
     let tube = tube_name(tube).map_err(|e| format!("job {id}: {e}"))?;
+    let (idempotency_key, body_at) = if layout == LAYOUT_V1 {
+        (None, tube_end)
+    } else {
+        let key_len = usize::from(
+            *v.get(tube_end)
+                .ok_or_else(|| format!("job {id}: record ends before its key length"))?,
+        );
+        let key_end = tube_end + 1 + key_len;
+        if key_len == 0 || key_len > MAX_IDEMPOTENCY_KEY || v.len() < key_end {
+            return Err(format!("job {id}: bad idempotency key length {key_len}"));
+        }
+        let key = std::str::from_utf8(&v[tube_end + 1..key_end])
+            .map_err(|e| format!("job {id}: idempotency key is not UTF-8: {e}"))?;
+        (Some(key.to_owned()), key_end)
+    };
     Ok(JobRecord {
         id,
         tube,
@@ -163,7 +216,8 @@ pub(crate) fn decode(id: JobId, v: &[u8]) -> Result<JobRecord, String> {
         ttr: u64_at(14),
         state,
         created: u64_at(22),
-        body: Bytes::copy_from_slice(&v[tube_end..]),
+        body: Bytes::copy_from_slice(&v[body_at..]),
+        idempotency_key,
     })
 }
 
@@ -234,6 +288,60 @@ mod tests {
             state,
             created: 99,
             body: Bytes::copy_from_slice(body),
+            idempotency_key: None,
+        }
+    }
+
+    fn keyed(key: &str) -> JobRecord {
+        JobRecord {
+            idempotency_key: Some(key.to_owned()),
+            ..rec(DurableState::Delayed { until: 1_500 }, "emails", b"body")
+        }
+    }
+
+    #[test]
+    fn a_keyless_record_keeps_layout_1_byte_for_byte() {
+        let bytes = encode(&rec(DurableState::Ready, "emails", b"hi"));
+        assert_eq!(bytes[0], 1);
+        assert_eq!(bytes.len(), HEADER_LEN + "emails".len() + 2);
+        assert_eq!(&bytes[HEADER_LEN + 6..], b"hi");
+    }
+
+    #[test]
+    fn a_keyed_record_roundtrips_in_layout_2() {
+        for key in ["k", "order-42/retry:1 é", &"x".repeat(MAX_IDEMPOTENCY_KEY)] {
+            let r = keyed(key);
+            let bytes = encode(&r);
+            assert_eq!(bytes[0], RECORD_LAYOUT);
+            assert_eq!(decode(7, &bytes), Ok(r));
+        }
+        // Every truncation of a keyed record is refused, as for layout 1.
+        let bytes = encode(&keyed("abc"));
+        for len in 0..HEADER_LEN + "emails".len() + 4 {
+            assert!(
+                decode(7, &bytes[..len]).is_err(),
+                "prefix of {len} bytes decoded"
+            );
+        }
+    }
+
+    #[test]
+    fn a_bad_key_is_corruption_or_refused() {
+        let mut bytes = encode(&keyed("abc"));
+        let at = HEADER_LEN + "emails".len();
+        bytes[at] = 0;
+        assert!(decode(7, &bytes)
+            .expect_err("empty key")
+            .contains("key length"));
+        let mut bytes = encode(&keyed("abc"));
+        bytes[at + 1] = 0xff;
+        assert!(decode(7, &bytes).expect_err("bad utf-8").contains("UTF-8"));
+        for key in [String::new(), "k".repeat(MAX_IDEMPOTENCY_KEY + 1)] {
+            let r = JobRecord {
+                idempotency_key: Some(key),
+                ..rec(DurableState::Ready, "t", b"")
+            };
+            assert!(validate(&[Change::Put(r)]).is_err());
         }
     }
 
@@ -264,7 +372,7 @@ mod tests {
         bad[1] = 9;
         assert!(decode(1, &bad).expect_err("bad tag").contains("state tag"));
         let mut bad = bytes;
-        bad[0] = 2;
+        bad[0] = 3;
         assert!(decode(1, &bad).expect_err("bad layout").contains("layout"));
     }
 

@@ -294,6 +294,7 @@ mod tests {
             state: crate::DurableState::Ready,
             created: 0,
             body: bytes::Bytes::from(vec![b'x'; body_len]),
+            idempotency_key: None,
         })
     }
 

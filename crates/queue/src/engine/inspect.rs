@@ -63,6 +63,32 @@ impl Engine {
         self.job_stats(id).ok_or(Error::NotFound)
     }
 
+    /// Everything about job `id` at `now` (the HTTP API's job view): its statistics, due time,
+    /// body and idempotency key. Counts in no `cmd-*` counter.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] if there is no such job; [`Error::NeedsLoad`] if it may be on disk
+    /// only.
+    pub fn job_detail(&mut self, now: Millis, id: JobId) -> Result<JobDetail, Error> {
+        self.advance(now);
+        self.require_job(id)?;
+        let stats = self.job_stats(id).ok_or(Error::NotFound)?;
+        let job = self.jobs.get(&id).ok_or(Error::NotFound)?;
+        Ok(JobDetail {
+            stats,
+            due_at: (job.state == JobState::Delayed).then_some(job.deadline),
+            body: job.body.clone(),
+            idempotency_key: job.key.clone(),
+        })
+    }
+
+    /// The live job of `tube` put with idempotency key `key`, in memory or far.
+    #[must_use]
+    pub fn job_by_key(&self, tube: &TubeName, key: &str) -> Option<JobId> {
+        self.keys.get(&(tube.clone(), key.to_owned())).copied()
+    }
+
     /// `stats-tube <tube>` at `now`.
     pub fn stats_tube(&mut self, now: Millis, name: &TubeName) -> Option<TubeStats> {
         self.advance(now);
@@ -176,6 +202,8 @@ impl Engine {
             cmd_delete: t.cmd_delete,
             cmd_pause_tube: t.cmd_pause_tube,
             pause_time_left: t.paused.map_or(0, |p| p.until.saturating_sub(self.now())),
+            reserves: t.reserves,
+            timeouts: t.timeouts,
         })
     }
 

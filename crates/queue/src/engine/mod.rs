@@ -20,8 +20,8 @@ mod window;
 mod worker;
 
 use crate::types::{
-    Change, ClientId, DurableState, Error, Event, JobId, JobRecord, JobState, JobView, Load,
-    Millis, Reserve, TubeName, SAFETY_MARGIN_MS,
+    Change, ClientId, DurableState, Error, Event, JobDetail, JobId, JobRecord, JobState, JobView,
+    Load, Millis, NewJob, Reserve, TubeName, SAFETY_MARGIN_MS,
 };
 
 /// How many ids one [`Change::ReserveIds`] allocates: ids are persisted in blocks so that a
@@ -89,6 +89,8 @@ struct Job {
     buries: u32,
     kicks: u32,
     body: Bytes,
+    /// The idempotency key (its entry in `Engine::keys` lives as long as the job).
+    key: Option<String>,
 }
 
 impl Job {
@@ -118,6 +120,7 @@ impl Job {
             buries: 0,
             kicks: 0,
             body,
+            key: None,
         }
     }
 }
@@ -169,6 +172,11 @@ pub struct Engine {
     /// A load the caller has done (or given up on): the next operation that would ask for it
     /// runs on what is in memory instead.
     loaded: Option<Load>,
+    /// `(tube, idempotency key)` of every live keyed job, in memory or far.
+    keys: HashMap<(TubeName, String), JobId>,
+    /// Lateness (ms past the due time) of each delayed job that became ready, since the last
+    /// [`Engine::take_lateness`].
+    lateness: Vec<Millis>,
 }
 
 impl Engine {
@@ -198,6 +206,8 @@ impl Engine {
             far: 0,
             loading: None,
             loaded: None,
+            keys: HashMap::new(),
+            lateness: Vec::new(),
         };
         engine.window_end = engine.config.window_end_at(now);
         engine.tube_ref(&TubeName::default_tube());
@@ -239,7 +249,13 @@ impl Engine {
             max_id = max_id.max(record.id);
             let tube = engine.tube_ref(&record.tube);
             let created = record.created.min(now);
-            let job = Job::new(tube, record.priority, record.ttr, 0, created, record.body);
+            let mut job = Job::new(tube, record.priority, record.ttr, 0, created, record.body);
+            if let Some(key) = record.idempotency_key {
+                engine
+                    .keys
+                    .insert((record.tube.clone(), key.clone()), record.id);
+                job.key = Some(key);
+            }
             engine.add_job(record.id, job);
             match record.state {
                 DurableState::Ready => engine.enter_ready(record.id),
@@ -331,6 +347,13 @@ impl Engine {
     /// group commit) before sending the replies of the operations that made them.
     pub fn take_changes(&mut self) -> Vec<Change> {
         mem::take(&mut self.changes)
+    }
+
+    /// How late (ms past their due time) the delayed jobs that became ready since the last
+    /// call were, by the clock handed to [`advance`](Self::advance). A server feeds these to
+    /// its lateness histogram. Jobs found overdue at recovery are not included.
+    pub fn take_lateness(&mut self) -> Vec<Millis> {
+        mem::take(&mut self.lateness)
     }
 
     /// Puts the server in drain mode: `put` fails with [`Error::Draining`] from now on.

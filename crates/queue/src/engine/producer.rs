@@ -34,6 +34,78 @@ impl Engine {
             }
             None => self.tube_ref(&TubeName::default_tube()),
         };
+        self.insert_job(tube, priority, delay, ttr, body, None)
+    }
+
+    /// `put` with the tube named rather than taken from a client, and an optional idempotency
+    /// key (the HTTP API): returns the job's id and whether it was created. If a live job of
+    /// that tube (ready, delayed, reserved or buried, in memory or far) already has the key,
+    /// nothing changes and its id is returned with `false`. Counts in `cmd-put`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Draining`] in drain mode, [`Error::JobTooBig`] over the size limit (checked
+    /// before the key, so the answer does not depend on what exists).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use tickwheel_queue::{Config, Engine, NewJob, TubeName};
+    ///
+    /// let mut engine = Engine::new(Config::default(), 0);
+    /// let job = NewJob {
+    ///     tube: TubeName::new("emails").unwrap(),
+    ///     priority: 10,
+    ///     delay: 1_500,
+    ///     ttr: 60_000,
+    ///     body: Bytes::from("welcome mail for user 7"),
+    ///     idempotency_key: Some("welcome-7".into()),
+    /// };
+    /// let (id, created) = engine.put_job(0, job.clone()).unwrap();
+    /// assert!(created);
+    /// assert_eq!(engine.put_job(10, job).unwrap(), (id, false)); // the same job, unchanged
+    /// ```
+    pub fn put_job(&mut self, now: Millis, job: NewJob) -> Result<(JobId, bool), Error> {
+        self.advance(now);
+        self.cmd.put += 1;
+        if self.draining {
+            return Err(Error::Draining);
+        }
+        if job.body.len() > self.config.max_job_size {
+            return Err(Error::JobTooBig);
+        }
+        if let Some(key) = &job.idempotency_key {
+            // A clone of the pair only to look it up: keys are short and puts with keys rare
+            // next to the protocol's.
+            if let Some(&id) = self.keys.get(&(job.tube.clone(), key.clone())) {
+                return Ok((id, false));
+            }
+        }
+        let tube = self.tube_ref(&job.tube);
+        let id = self.insert_job(
+            tube,
+            job.priority,
+            job.delay,
+            job.ttr,
+            job.body,
+            job.idempotency_key,
+        );
+        if id.is_err() {
+            self.drop_if_unused(tube);
+        }
+        id.map(|id| (id, true))
+    }
+
+    fn insert_job(
+        &mut self,
+        tube: TubeId,
+        priority: u32,
+        delay: Millis,
+        ttr: Millis,
+        body: Bytes,
+        key: Option<String>,
+    ) -> Result<JobId, Error> {
         let id = self.next_id;
         if id == JobId::MAX {
             return Err(Error::IdsExhausted);
@@ -51,14 +123,19 @@ impl Engine {
         } else {
             DurableState::Delayed { until }
         };
+        let name = self.tube(tube).name.clone();
+        if let Some(key) = &key {
+            self.keys.insert((name.clone(), key.clone()), id);
+        }
         self.changes.push(Change::Put(JobRecord {
             id,
-            tube: self.tube(tube).name.clone(),
+            tube: name,
             priority,
             ttr,
             state,
             created: now,
             body: body.clone(),
+            idempotency_key: key.clone(),
         }));
         if delay > 0 && until >= self.window_end {
             // Far in the future: durable in the store only, loaded when its time nears.
@@ -67,7 +144,9 @@ impl Engine {
             self.add_far(tube, until);
             return Ok(id);
         }
-        self.add_job(id, Job::new(tube, priority, ttr, delay, now, body));
+        let mut job = Job::new(tube, priority, ttr, delay, now, body);
+        job.key = key;
+        self.add_job(id, job);
         if delay == 0 {
             self.enter_ready(id);
         } else {

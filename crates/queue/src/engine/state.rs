@@ -15,6 +15,8 @@ impl Engine {
                 let t = self.tube_mut(tube);
                 t.delayed.remove(&(until, id));
                 t.due.remove(until);
+                // How late the clock that advanced the engine came, past the due time.
+                self.lateness.push(self.wheel.now().saturating_sub(until));
                 self.enter_ready(id);
             }
             JobState::Reserved if !job.warned => {
@@ -40,7 +42,9 @@ impl Engine {
             }
             JobState::Reserved => {
                 job.timeouts += 1;
+                let tube = job.tube;
                 self.job_timeouts += 1;
+                self.tube_mut(tube).timeouts += 1;
                 self.leave_state(id);
                 self.enter_ready(id);
             }
@@ -143,7 +147,9 @@ impl Engine {
             id,
             body: job.body.clone(),
         };
-        self.tube_mut(tube).reserved += 1;
+        let t = self.tube_mut(tube);
+        t.reserved += 1;
+        t.reserves += 1;
         if let Some(c) = self.clients.get_mut(&client) {
             c.reserved.insert(id);
         }

@@ -25,7 +25,7 @@ use std::collections::HashSet;
 
 use super::{Engine, Job};
 use crate::tube::TubeId;
-use crate::types::{ClientId, DurableState, Error, JobId, JobRecord, Load, Millis};
+use crate::types::{ClientId, DurableState, Error, JobId, JobRecord, Load, Millis, TubeName};
 
 /// A window load in progress.
 pub(super) struct Loading {
@@ -188,6 +188,16 @@ impl Engine {
         Err(Error::NeedsLoad(Load::Widen))
     }
 
+    /// Registers the idempotency keys of far jobs (those not handed to
+    /// [`recover_windowed`](Self::recover_windowed)), after a restart: the server reads them
+    /// from the store's far delayed jobs. Without this, a put could not see that a job due
+    /// next month already has its key.
+    pub fn add_far_keys(&mut self, keys: impl IntoIterator<Item = (TubeName, String, JobId)>) {
+        for (tube, key, id) in keys {
+            self.keys.insert((tube, key), id);
+        }
+    }
+
     /// The time at or after which delayed jobs are not in memory.
     #[must_use]
     pub fn window_end(&self) -> Millis {
@@ -228,7 +238,7 @@ impl Engine {
         self.far = self.far.saturating_sub(1);
         let now = self.now();
         let delay = until.saturating_sub(record.created);
-        let job = Job::new(
+        let mut job = Job::new(
             tube,
             record.priority,
             record.ttr,
@@ -236,6 +246,12 @@ impl Engine {
             record.created.min(now),
             record.body,
         );
+        if let Some(key) = record.idempotency_key {
+            // Far keyed jobs are in `keys` already (put, or `add_far_keys` at recovery).
+            self.keys
+                .insert((record.tube.clone(), key.clone()), record.id);
+            job.key = Some(key);
+        }
         self.jobs.insert(record.id, job);
         if until <= now {
             self.enter_ready(record.id);

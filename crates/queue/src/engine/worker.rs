@@ -92,7 +92,11 @@ impl Engine {
         }
         let tube = job.tube;
         self.leave_state(id);
-        self.jobs.remove(&id);
+        if let Some(job) = self.jobs.remove(&id) {
+            if let Some(key) = job.key {
+                self.keys.remove(&(self.tube(tube).name.clone(), key));
+            }
+        }
         self.tube_mut(tube).cmd_delete += 1;
         self.changes.push(Change::Delete { id });
         self.drop_if_unused(tube);
@@ -167,6 +171,37 @@ impl Engine {
         let job = self.job_mut(id);
         job.priority = priority;
         job.buries += 1;
+        self.changes.push(Change::Update {
+            id,
+            state: DurableState::Buried,
+            priority,
+        });
+        self.enter_buried(id);
+        Ok(())
+    }
+
+    /// An operator's bury (the HTTP API): a ready or delayed job is buried, keeping its
+    /// priority. beanstalkd buries only a job the client holds; a reserved job stays with its
+    /// worker here too (its lease is the worker's), and burying a buried job is refused.
+    /// Counts in `cmd-bury`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Reserved`] if a worker holds it; [`Error::NotFound`] if there is no such job or
+    /// it is buried already; [`Error::NeedsLoad`] if it may be on disk only.
+    pub fn bury_job(&mut self, now: Millis, id: JobId) -> Result<(), Error> {
+        self.advance(now);
+        self.require_job(id)?;
+        self.cmd.bury += 1;
+        let job = self.jobs.get(&id).ok_or(Error::NotFound)?;
+        match job.state {
+            JobState::Reserved => return Err(Error::Reserved),
+            JobState::Buried => return Err(Error::NotFound),
+            JobState::Ready | JobState::Delayed => {}
+        }
+        let priority = job.priority;
+        self.leave_state(id);
+        self.job_mut(id).buries += 1;
         self.changes.push(Change::Update {
             id,
             state: DurableState::Buried,

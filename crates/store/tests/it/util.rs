@@ -14,6 +14,7 @@ pub fn job(id: JobId, tube: &str, state: DurableState) -> JobRecord {
         state,
         created: id * 3,
         body: Bytes::from(format!("body of job {id}").into_bytes()),
+        idempotency_key: None,
     }
 }
 
