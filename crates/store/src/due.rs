@@ -81,6 +81,7 @@ mod tests {
                         state: DurableState::Delayed { until },
                         created: 0,
                         body: Bytes::new(),
+                        idempotency_key: None,
                     })
                 })
                 .collect();
