@@ -7,6 +7,8 @@
 #   test_dropin.py        beanstalkd's command lines: no -b is in memory, one server per -b DIR,
 #                         unix sockets, -f/-F across restarts, --version's commit
 #   test_faults.py        the data directory's disk fills up (a tmpfs; needs root and mount)
+#   test_http.py          the HTTP/JSON API, /metrics (prometheus_client's parser), auth, limits,
+#                         idempotency keys across a restart, schemathesis on /openapi.json
 #   test_dashboard.py     the web dashboard in Debian's chromium (headless), driven by Playwright
 # Works on a fresh Debian machine with Rust, Python 3 and apt: installs beanstalkd (as root)
 # if it is missing, makes a virtualenv under the cargo target dir (ignored by git), builds
@@ -57,7 +59,7 @@ step "virtualenv $VENV"
 if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check pytest pytest-rerunfailures greenstalk pystalk
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check pytest pytest-rerunfailures greenstalk pystalk prometheus_client schemathesis
 # The dashboard test: Playwright's Python API only; it drives /usr/bin/chromium.
 PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check playwright
 

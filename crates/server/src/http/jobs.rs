@@ -55,11 +55,15 @@ fn default_ttr() -> u32 {
 pub(crate) struct PutJob {
     /// The tube (created if needed; default `default`).
     #[serde(default = "default_tube")]
-    #[schema(default = "default", min_length = 1, max_length = 200)]
+    #[schema(
+        default = "default",
+        pattern = r"^[A-Za-z0-9+/;.$_()][A-Za-z0-9+/;.$_()-]{0,199}$"
+    )]
     tube: String,
     /// The body as text (UTF-8).
     body: Option<String>,
     /// The body as base64 (standard alphabet, padded).
+    #[schema(pattern = r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$")]
     body_base64: Option<String>,
     /// Lower is more urgent (default 1024).
     #[serde(default = "default_priority")]
@@ -426,7 +430,7 @@ async fn id_by_key(
 
 /// The live job of a tube put with an idempotency key.
 #[utoipa::path(get, path = "/api/v1/jobs/by-key/{tube}/{key}", tag = "jobs",
-    params(("tube" = String, Path, description = "tube name"),
+    params(("tube" = String, Path, description = "tube name", pattern = r"^[A-Za-z0-9+/;.$_()][A-Za-z0-9+/;.$_()-]{0,199}$"),
            ("key" = String, Path, description = "idempotency key")),
     responses(
         (status = 200, description = "the job", body = Job),
@@ -443,7 +447,7 @@ pub(crate) async fn one_by_key(
 
 /// Deletes the live job of a tube put with an idempotency key.
 #[utoipa::path(delete, path = "/api/v1/jobs/by-key/{tube}/{key}", tag = "jobs",
-    params(("tube" = String, Path, description = "tube name"),
+    params(("tube" = String, Path, description = "tube name", pattern = r"^[A-Za-z0-9+/;.$_()][A-Za-z0-9+/;.$_()-]{0,199}$"),
            ("key" = String, Path, description = "idempotency key")),
     security(("bearer" = [])),
     responses(

@@ -38,7 +38,7 @@ pub(crate) struct Tube {
     total_jobs: u64,
     /// Paused: no job is reserved from it until the pause ends.
     paused: bool,
-    /// Seconds until the pause ends (0 if not paused).
+    /// Whole seconds until the pause ends, truncated (0 if not paused).
     pause_time_left_s: u64,
     /// Jobs put (the same as `total_jobs`).
     puts: u64,
@@ -61,7 +61,8 @@ impl From<TubeStats> for Tube {
             urgent: s.urgent,
             total_jobs: s.total_jobs,
             paused: s.pause_time_left > 0,
-            pause_time_left_s: s.pause_time_left.div_ceil(1000),
+            // Whole seconds, truncated as beanstalkd prints them.
+            pause_time_left_s: s.pause_time_left / 1000,
             puts: s.total_jobs,
             reserves: s.reserves,
             deletes: s.cmd_delete,
@@ -105,7 +106,7 @@ pub(crate) async fn list(State(state): State<AppState>) -> Result<Json<Vec<Tube>
 
 /// One tube with its counts.
 #[utoipa::path(get, path = "/api/v1/tubes/{tube}", tag = "tubes",
-    params(("tube" = String, Path, description = "tube name")),
+    params(("tube" = String, Path, description = "tube name", pattern = r"^[A-Za-z0-9+/;.$_()][A-Za-z0-9+/;.$_()-]{0,199}$")),
     responses(
         (status = 200, description = "the tube", body = Tube),
         (status = 400, description = "not a tube name", body = ErrorBody),
@@ -138,7 +139,7 @@ pub(crate) struct Pause {
 
 /// Pauses a tube: no job is reserved from it for `seconds` (`pause-tube`).
 #[utoipa::path(post, path = "/api/v1/tubes/{tube}/pause", tag = "tubes",
-    params(("tube" = String, Path, description = "tube name")),
+    params(("tube" = String, Path, description = "tube name", pattern = r"^[A-Za-z0-9+/;.$_()][A-Za-z0-9+/;.$_()-]{0,199}$")),
     request_body = Pause,
     security(("bearer" = [])),
     responses(
@@ -159,7 +160,7 @@ pub(crate) async fn pause(
 
 /// Lifts a tube's pause (`pause-tube` with 0).
 #[utoipa::path(post, path = "/api/v1/tubes/{tube}/resume", tag = "tubes",
-    params(("tube" = String, Path, description = "tube name")),
+    params(("tube" = String, Path, description = "tube name", pattern = r"^[A-Za-z0-9+/;.$_()][A-Za-z0-9+/;.$_()-]{0,199}$")),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "resumed", body = Tube),
