@@ -201,3 +201,49 @@ def test_dashboard_shows_jobs_and_runs_a_delayed_job_now(dash_server, page, work
     target = os.environ.get("TICKWHEEL_SCREENSHOT")
     if target:
         shutil.copyfile(shot, target)
+
+
+def test_timeline_api_counts_far_jobs_across_a_restart_and_rejects_bad_queries(dash_server):
+    """The timeline's far part (jobs beyond the 10-minute memory window live only on disk)
+    comes back after a restart from the store's due index; bad queries get stable codes."""
+    port = dash_server.http_port
+    with greenstalk.Client(("127.0.0.1", dash_server.port), use="far") as c:
+        c.put("in 30 min", delay=30 * 60)
+        c.put("in 3 h", delay=3 * 3600)
+        c.put("in 5 min", delay=5 * 60)
+        c.put("in 30 days", delay=30 * 86400)
+
+    def totals():
+        status, t = http(port, "GET", "/api/v1/timeline?tube=far&hours=24")
+        assert status == 200, t
+        by = {s["resolution"]: s for s in t["series"]}
+        assert [len(by[r]["buckets"]) for r in ("second", "minute", "hour")] == [60, 60, 24]
+        for s in t["series"]:
+            starts = [b["start_ms"] for b in s["buckets"]]
+            assert starts[0] <= t["now_ms"] < starts[0] + s["width_ms"]
+            assert all(b - a == s["width_ms"] for a, b in zip(starts, starts[1:]))
+        return (t["delayed"], t["later"],
+                *(sum(b["count"] for b in by[r]["buckets"]) for r in ("second", "minute", "hour")))
+
+    # delayed, later (past 24 h), next minute, next hour, next 24 h
+    assert totals() == (4, 1, 0, 2, 3)
+    dash_server.restart()
+    wait_ready(port)
+    assert totals() == (4, 1, 0, 2, 3)
+
+    for query, status_code, code in [
+        ("?hours=0", 400, "bad_hours"),
+        ("?hours=169", 400, "bad_hours"),
+        ("?hours=x", 400, "bad_query"),
+        ("?colour=red", 400, "bad_query"),
+        ("?tube=no-such-tube", 404, "tube_not_found"),
+        ("?tube=%20bad", 400, "bad_tube_name"),
+    ]:
+        status, body = http(port, "GET", "/api/v1/timeline" + query)
+        assert (status, body["error"]["code"]) == (status_code, code), (query, body)
+
+    # The dashboard's assets are served by the binary itself.
+    for path, kind in [("/", "text/html"), ("/assets/dashboard.js", "text/javascript"),
+                       ("/assets/dashboard.css", "text/css")]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as res:
+            assert res.status == 200 and res.headers["Content-Type"].startswith(kind)
