@@ -358,6 +358,7 @@ def test_schemathesis_finds_no_server_error(server, workdir):
     proc = subprocess.run(
         [st, "run", url, "--checks", "not_a_server_error", "--max-examples", "25",
          "--workers", "1", "--seed", "1"],
-        capture_output=True, text=True, timeout=300)
+        capture_output=True, text=True, timeout=300,
+        cwd=workdir)  # its caches (.schemathesis/, .hypothesis/) stay out of the source tree
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]

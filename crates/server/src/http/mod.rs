@@ -99,17 +99,21 @@ impl HttpServer {
         if options.token.as_deref().is_some_and(str::is_empty) {
             anyhow::bail!("the HTTP token is empty");
         }
-        let listener = TcpListener::bind(addr)
+        // Checked before binding, so a refused address is never opened, even briefly.
+        let resolved: Vec<SocketAddr> = tokio::net::lookup_host(addr)
             .await
-            .with_context(|| format!("cannot listen for HTTP on {addr}"))?;
-        let local = listener.local_addr()?;
-        if !local.ip().is_loopback() && options.token.is_none() {
+            .with_context(|| format!("cannot resolve the HTTP address {addr}"))?
+            .collect();
+        if options.token.is_none() && !resolved.iter().all(|a| a.ip().is_loopback()) {
             anyhow::bail!(
-                "refusing to serve HTTP on {local}, which is not a loopback address, without \
+                "refusing to serve HTTP on {addr}, which is not a loopback address, without \
                  a token: give --http-token FILE (mutating calls then need \
                  `Authorization: Bearer <token>`), or listen on 127.0.0.1"
             );
         }
+        let listener = TcpListener::bind(&resolved[..])
+            .await
+            .with_context(|| format!("cannot listen for HTTP on {addr}"))?;
         let limiter = NonZeroU32::new(options.rate_per_sec).map(|per_sec| {
             let burst = NonZeroU32::new(options.rate_burst).unwrap_or(per_sec);
             Arc::new(RateLimiter::keyed(
@@ -462,6 +466,21 @@ pub(crate) fn engine_error(error: EngineError) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_non_loopback_address_needs_a_token() {
+        // Refused before anything is bound: 0.0.0.0 is never opened here.
+        let refused = HttpServer::bind("0.0.0.0:0", HttpOptions::default()).await;
+        let message = refused.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(message.contains("without a token"), "{message}");
+        let empty = HttpOptions {
+            token: Some(String::new()),
+            ..HttpOptions::default()
+        };
+        assert!(HttpServer::bind("127.0.0.1:0", empty).await.is_err());
+        let ok = HttpServer::bind("127.0.0.1:0", HttpOptions::default()).await;
+        assert!(ok.is_ok_and(|s| s.local_addr().is_ok_and(|a| a.ip().is_loopback())));
+    }
 
     #[test]
     fn secrets_compare_whole() {
