@@ -13,6 +13,7 @@
 #                         transaction (psycopg), fail-over to a standby after kill -9
 # TICKWHEEL_E2E_BACKEND=postgres runs the module-wide `tickwheel` server (test_clients.py) on
 # PostgreSQL instead of -b DIR (ci/test.sh does so for test_clients.py).
+#   test_dashboard.py     the web dashboard in Debian's chromium (headless), driven by Playwright
 # Works on a fresh Debian machine with Rust, Python 3 and apt: installs beanstalkd (as root)
 # if it is missing, makes a virtualenv under the cargo target dir (ignored by git), builds
 # the server in release mode and runs pytest. Extra arguments go to pytest (e.g. -k crash).
@@ -46,6 +47,17 @@ command -v tmux
 step "postgresql (test_postgres.py starts throw-away clusters)"
 bash ci/postgres.sh
 
+step "chromium (test_dashboard.py drives it with Playwright; Playwright downloads no browser)"
+if [ ! -x /usr/bin/chromium ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "chromium is missing and we are not root: apt-get install chromium" >&2
+        exit 1
+    fi
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
+fi
+/usr/bin/chromium --version
+
 TARGET="${CARGO_TARGET_DIR:-$PWD/target}"
 VENV="${E2E_VENV:-$TARGET/e2e-venv}"
 PYTHON="${PYTHON:-python3}"
@@ -55,6 +67,8 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check pytest pytest-rerunfailures greenstalk pystalk prometheus_client schemathesis "psycopg[binary]"
+# The dashboard test: Playwright's Python API only; it drives /usr/bin/chromium.
+PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check playwright
 
 step "build tickwheel-server (release)"
 cargo build --release -p tickwheel-server

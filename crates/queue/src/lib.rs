@@ -66,18 +66,22 @@
 //! | `engine/inspect.rs` | `peek*`, `stats*`, `list-tubes*`, `pause-tube`, read-only queries |
 //! | `engine/state.rs` | timers firing, entering and leaving job states, serving waiting clients |
 //! | `engine/tubes.rs` | tube creation and removal, the job table |
+//! | `engine/timeline.rs` | the due timeline: delayed jobs counted by due time ([`Engine::timeline`]) |
 //! | `engine/window.rs` | the memory window: which delayed jobs stay in the store, and loading them |
+//! | `due.rs` | counts of delayed jobs per due bucket (second, minute, hour), kept per tube |
 //! | `tube.rs` | one tube: its ready, delayed and buried queues, waiters, pause |
 //! | `stats.rs` | the counters behind `stats`, `stats-tube`, `stats-job` |
 
 #![forbid(unsafe_code)]
 
+mod due;
 mod engine;
 mod stats;
 mod tube;
 mod types;
 
-pub use engine::{Config, Engine, FOREIGN_ID_BASE};
+pub use due::{Resolution, Series, Timeline};
+pub use engine::{Config, Engine, FOREIGN_ID_BASE, MAX_TIMELINE_HOURS, TIMELINE_FINE_BUCKETS};
 pub use stats::{CmdCounters, JobStats, Stats, TubeStats};
 pub use types::{
     BadTubeName, Change, ClientId, DurableState, Error, Event, JobDetail, JobId, JobRecord,

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tickwheel_core::TimerKey;
 
+use crate::due::DueCounts;
 use crate::types::{ClientId, JobId, Millis, TubeName, URGENT_PRIORITY};
 
 /// Index of a tube in the engine's tube table.
@@ -21,6 +22,8 @@ pub(crate) struct Tube {
     pub(crate) buried: BTreeMap<u64, JobId>,
     /// Delayed jobs of this tube that are not in memory (see `Engine::window_load`).
     pub(crate) far_delayed: u64,
+    /// All delayed jobs of this tube (in memory and far) counted by due time: the timeline.
+    pub(crate) due: DueCounts,
     pub(crate) reserved: u64,
     pub(crate) using: u64,
     pub(crate) watching: u64,
@@ -52,6 +55,7 @@ impl Tube {
             delayed: BTreeSet::new(),
             buried: BTreeMap::new(),
             far_delayed: 0,
+            due: DueCounts::default(),
             reserved: 0,
             using: 0,
             watching: 0,

@@ -330,8 +330,9 @@ fn start_engine(
 ) -> anyhow::Result<(Engine, usize)> {
     let far_jobs: u64 = recovered.far_delayed.iter().map(|(_, n)| n).sum();
     let recovered_jobs = recovered.resident.len() + far_jobs as usize;
+    let window_end = engine_config.window_end_at(now);
     let far_keys = if far_jobs > 0 {
-        far_keys(store, engine_config.window_end_at(now))
+        far_keys(store, window_end)
             .context("cannot read the idempotency keys of the stored far-future jobs")?
     } else {
         Vec::new()
@@ -343,6 +344,14 @@ fn start_engine(
         recovered.resident,
         recovered.far_delayed,
     );
+    if far_jobs > 0 {
+        // The due timeline counts far jobs too: one paged read of the due index.
+        store
+            .for_each_due(window_end, &mut |tube, until| {
+                engine.note_far_due(tube, until);
+            })
+            .context("cannot read the due index of far-future jobs")?;
+    }
     engine.add_far_keys(far_keys);
     Ok((engine, recovered_jobs))
 }

@@ -33,6 +33,7 @@ impl Engine {
     ///     state: DurableState::Delayed { until: 1_800_000 },
     ///     created: 1_000,
     ///     body: Bytes::from_static(b"cancel order 42 if unpaid"),
+    ///     idempotency_key: None,
     /// });
     /// assert_eq!(engine.job_state(FOREIGN_ID_BASE), Some(JobState::Delayed));
     /// assert!(engine.take_changes().is_empty(), "already durable: nothing to store");
@@ -46,7 +47,7 @@ impl Engine {
         let now = self.now();
         if let DurableState::Delayed { until } = record.state {
             if until >= self.window_end {
-                self.add_far(tube);
+                self.add_far(tube, until);
                 return;
             }
         }

@@ -15,6 +15,8 @@ mod inspect;
 mod producer;
 mod state;
 pub use foreign::FOREIGN_ID_BASE;
+mod timeline;
+pub use timeline::{MAX_TIMELINE_HOURS, TIMELINE_FINE_BUCKETS};
 mod tubes;
 mod window;
 mod worker;

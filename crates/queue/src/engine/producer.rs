@@ -141,7 +141,7 @@ impl Engine {
             // Far in the future: durable in the store only, loaded when its time nears.
             self.tube_mut(tube).total_jobs += 1;
             self.total_jobs += 1;
-            self.add_far(tube);
+            self.add_far(tube, until);
             return Ok(id);
         }
         let mut job = Job::new(tube, priority, ttr, delay, now, body);

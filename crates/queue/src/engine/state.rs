@@ -12,7 +12,9 @@ impl Engine {
         match job.state {
             JobState::Delayed => {
                 let (tube, until) = (job.tube, job.deadline);
-                self.tube_mut(tube).delayed.remove(&(until, id));
+                let t = self.tube_mut(tube);
+                t.delayed.remove(&(until, id));
+                t.due.remove(until);
                 // How late the clock that advanced the engine came, past the due time.
                 self.lateness.push(self.wheel.now().saturating_sub(until));
                 self.enter_ready(id);
@@ -71,6 +73,7 @@ impl Engine {
             JobState::Ready => t.remove_ready(priority, id),
             JobState::Delayed => {
                 t.delayed.remove(&(deadline, id));
+                t.due.remove(deadline);
             }
             JobState::Buried => {
                 t.buried.remove(&bury_seq);
@@ -101,7 +104,9 @@ impl Engine {
         job.deadline = until;
         job.timer = Some(timer);
         let tube = job.tube;
-        self.tube_mut(tube).delayed.insert((until, id));
+        let t = self.tube_mut(tube);
+        t.delayed.insert((until, id));
+        t.due.add(until);
     }
 
     pub(super) fn enter_buried(&mut self, id: JobId) {

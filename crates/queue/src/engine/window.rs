@@ -204,8 +204,10 @@ impl Engine {
         self.window_end
     }
 
-    pub(super) fn add_far(&mut self, tube: TubeId) {
+    /// One more far job, due at `until` (counted in the tube's timeline too).
+    pub(super) fn add_far(&mut self, tube: TubeId, until: Millis) {
         self.add_far_many(tube, 1);
+        self.tube_mut(tube).due.add(until);
     }
 
     pub(super) fn add_far_many(&mut self, tube: TubeId, count: u64) {
@@ -232,6 +234,7 @@ impl Engine {
         let tube = self.tube_ref(&record.tube);
         let t = self.tube_mut(tube);
         t.far_delayed = t.far_delayed.saturating_sub(1);
+        t.due.remove(until); // counted again by `enter_delayed` if it stays delayed
         self.far = self.far.saturating_sub(1);
         let now = self.now();
         let delay = until.saturating_sub(record.created);

@@ -143,7 +143,7 @@ impl Engine {
                 // Released far into the future: it leaves memory (its counters with it).
                 let tube = self.job_mut(id).tube;
                 self.jobs.remove(&id);
-                self.add_far(tube);
+                self.add_far(tube, until);
             } else {
                 self.enter_delayed(id, until);
             }

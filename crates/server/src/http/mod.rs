@@ -21,10 +21,12 @@
 //! Module map: `mod.rs` (router, state, auth, limits, errors), `status.rs` (health and
 //! server stats), `tubes.rs`, `jobs.rs`, `metrics.rs` (Prometheus), `openapi.rs`.
 
+pub(crate) mod dashboard;
 pub(crate) mod jobs;
 pub(crate) mod metrics;
 pub(crate) mod openapi;
 pub(crate) mod status;
+pub(crate) mod timeline;
 pub(crate) mod tubes;
 
 use std::net::{IpAddr, SocketAddr};
@@ -211,6 +213,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(jobs::routes())
         .merge(metrics::routes())
         .merge(openapi::routes())
+        .merge(timeline::routes().merge(dashboard::routes()))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth))

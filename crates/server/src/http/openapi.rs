@@ -6,7 +6,7 @@ use axum::{Json, Router};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{jobs, metrics, status, tubes, AppState};
+use super::{jobs, metrics, status, timeline, tubes, AppState};
 
 /// The API's OpenAPI document.
 #[derive(OpenApi)]
@@ -33,6 +33,7 @@ use super::{jobs, metrics, status, tubes, AppState};
         jobs::bury,
         jobs::one_by_key,
         jobs::delete_by_key,
+        timeline::timeline,
     ),
     modifiers(&BearerAuth)
 )]
