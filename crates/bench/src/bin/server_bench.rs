@@ -141,11 +141,7 @@ impl Target {
     fn is_tickwheel(self) -> bool {
         matches!(
             self,
-            Target::TwSync
-                | Target::TwBaseSync
-                | Target::TwF50
-                | Target::TwNofsync
-                | Target::TwMem
+            Target::TwSync | Target::TwBaseSync | Target::TwF50 | Target::TwNofsync | Target::TwMem
         )
     }
 }

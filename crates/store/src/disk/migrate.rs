@@ -70,7 +70,11 @@ pub(super) fn prepare(dir: &Path) -> Result<PathBuf, StoreError> {
             copy_format_1(dir, &new)?;
         } else {
             // Opening creates the database; dropping it syncs everything.
-            drop(Database::builder(&new).open().map_err(|e| open_error(&new, e))?);
+            drop(
+                Database::builder(&new)
+                    .open()
+                    .map_err(|e| open_error(&new, e))?,
+            );
         }
         sync_tree(&new)?;
         fs::rename(&new, &engine).map_err(|e| StoreError::io(&new, e))?;
@@ -219,7 +223,9 @@ fn sync_tree(root: &Path) -> Result<(), StoreError> {
                 stack.push(entry.map_err(io)?.path());
             }
         }
-        fs::File::open(&path).and_then(|f| f.sync_all()).map_err(io)?;
+        fs::File::open(&path)
+            .and_then(|f| f.sync_all())
+            .map_err(io)?;
     }
     Ok(())
 }

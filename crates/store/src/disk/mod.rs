@@ -295,7 +295,10 @@ impl DiskStore {
     ///
     /// I/O errors while listing the engine's files.
     pub fn disk_space(&self) -> Result<u64, StoreError> {
-        self.inner.db.disk_space().map_err(|e| self.inner.engine_error(e))
+        self.inner
+            .db
+            .disk_space()
+            .map_err(|e| self.inner.engine_error(e))
     }
 }
 

@@ -95,11 +95,7 @@ fn damaged_files_give_errors_not_panics() {
     }
     let all = files(base.path());
     assert!(all.len() > 3, "expected journals and tables: {all:?}");
-    let journals: Vec<_> = all
-        .iter()
-        .filter(|p| is_journal(p))
-        .cloned()
-        .collect();
+    let journals: Vec<_> = all.iter().filter(|p| is_journal(p)).cloned().collect();
     assert!(!journals.is_empty());
     let exe = std::env::current_exe().unwrap();
     let mut rng = Rng::from_time();
@@ -178,10 +174,7 @@ fn damaged_files_give_errors_not_panics() {
                     "{rel} {how} at {at}: the process died ({}) instead of returning an error",
                     out.status
                 );
-                eprintln!(
-                    "{rel} {how} at {at}: KNOWN engine abort ({})",
-                    out.status
-                );
+                eprintln!("{rel} {how} at {at}: KNOWN engine abort ({})", out.status);
                 *outcomes
                     .entry("fjall aborted (table file)".to_owned())
                     .or_default() += 1;

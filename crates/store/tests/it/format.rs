@@ -116,7 +116,11 @@ fn migration_interrupted_after_the_rename_finishes() {
     assert!(is_format_1(tmp.path()));
     let store = DiskStore::open(tmp.path(), DiskOptions::default()).unwrap();
     assert!(!is_format_1(tmp.path()));
-    assert_eq!(store.get(1).unwrap(), None, "the migrated store was replaced");
+    assert_eq!(
+        store.get(1).unwrap(),
+        None,
+        "the migrated store was replaced"
+    );
     assert!(store.get(3).unwrap().is_some());
 }
 
