@@ -18,6 +18,7 @@ used to show as an xfail.
 """
 
 import os
+import random
 import subprocess
 import tempfile
 import threading
@@ -53,8 +54,9 @@ def small_disk():
 
 
 def body_of(i):
+    """Incompressible (fjall 3 compresses journal values over 4 KiB), distinct per job."""
     head = b"job %08d " % i
-    return head + b"x" * (BODY - len(head))
+    return head + random.Random(i).randbytes(BODY - len(head))
 
 
 def free_bytes(path):

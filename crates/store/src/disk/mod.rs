@@ -78,13 +78,15 @@ pub struct DiskOptions {
     /// Block cache size in bytes. Default 16 MiB.
     pub cache_bytes: u64,
     /// Memtable bytes (all tables together) kept in memory before they are flushed to sorted
-    /// tables. Bounds resident memory. Default 32 MiB; each of the four tables gets a quarter
-    /// (at least 256 KiB) as its memtable.
+    /// tables. Bounds resident memory. Default 32 MiB. fjall 3 limits each table's memtable,
+    /// not their sum: each table gets half (at least 256 KiB), as two of the four tables hold
+    /// the job records, so the sum stays near this budget (at most twice it, plus the small
+    /// index tables).
     pub max_write_buffer_bytes: u64,
     /// Free bytes to keep on the data directory's file system: a write that would leave less
     /// is refused with [`StoreError::LowSpace`] before anything is applied, and accepted again
     /// once space is freed. Default [`DEFAULT_MIN_FREE_BYTES`]; 0 turns the guard off (then a
-    /// full disk poisons the store, and fjall 2.11 may lose the last acknowledged write, see
+    /// full disk fails the commit that hits it and poisons the store until a restart, see
     /// `docs/decisions/0006-free-space-guard.md`).
     pub min_free_bytes: u64,
 }
@@ -238,8 +240,10 @@ impl DiskStore {
             .worker_threads(ENGINE_WORKERS)
             .open()
             .map_err(|e| open_error(&engine, e))?;
-        // fjall 3 sizes memtables per table; the four tables share the write buffer.
-        let memtable = (options.max_write_buffer_bytes / 4).max(MIN_MEMTABLE_BYTES);
+        // fjall 3 sizes memtables per table (its global write-buffer limit is not implemented
+        // in 3.1). Two tables hold the records (`resident`, `due`); `jobs` and `meta` hold
+        // a few dozen bytes a job. Half the buffer each keeps the sum near the budget.
+        let memtable = (options.max_write_buffer_bytes / 2).max(MIN_MEMTABLE_BYTES);
         let part = |name: &str| {
             db.keyspace(name, || {
                 KeyspaceCreateOptions::default().max_memtable_size(memtable)
@@ -488,8 +492,8 @@ impl Inner {
     }
 
     /// Commits a fjall batch of about `bytes` bytes with this store's durability, poisoning on
-    /// failure. Refuses (without poisoning) a batch the disk may not hold: fjall 2.11 would
-    /// acknowledge a torn journal write (see [`crate::space`]).
+    /// failure. Refuses (without poisoning) a batch the disk may not hold (see
+    /// [`crate::space`]).
     fn write(&self, batch: Batch, bytes: u64) -> Result<(), StoreError> {
         self.space.check_commit(bytes)?;
         let result = self.write_unchecked(batch);
@@ -615,7 +619,7 @@ fn probe_disk_full(dir: &Path) -> Option<StoreError> {
 
 impl DiskStore {
     /// Runs `f`, turning a panic inside the engine into [`StoreError::Corrupt`] and poisoning
-    /// the store. fjall 2.11 can panic on damaged table files (e.g. a varint overflow while
+    /// the store. fjall 2.11 could panic on damaged table files (e.g. a varint overflow while
     /// decoding a block, found by `tests/it/corrupt.rs`); invariant 4 says no input panics us.
     fn guarded<T>(
         &self,
