@@ -52,6 +52,20 @@ fn format_v1_fixture_opens_and_recovers() {
     check_fixture(&DiskStore::open(tmp.path(), DiskOptions::default()).unwrap());
 }
 
+/// Format 2 as this build writes it: the v1 fixture migrated by the server of the commit that
+/// added it (`tickwheel-server -b` on a copy, stopped with SIGTERM, lock file removed). Opens
+/// without a migration and recovers the same jobs; if a fjall upgrade cannot read it, that
+/// upgrade is a format change.
+#[test]
+fn format_v2_fixture_opens_and_recovers() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v2");
+    let tmp = tempfile::tempdir().unwrap();
+    copy_dir(&fixture, tmp.path());
+    check_fixture(&DiskStore::open(tmp.path(), DiskOptions::default()).unwrap());
+    assert!(!tmp.path().join("engine.new").exists(), "opened without a migration");
+    assert!(!tmp.path().join("journals").exists());
+}
+
 /// A tickwheel built on fjall 2 must refuse a migrated directory, not start an empty store in
 /// it (which would look like every job was lost).
 #[test]
