@@ -62,7 +62,10 @@ fn format_v2_fixture_opens_and_recovers() {
     let tmp = tempfile::tempdir().unwrap();
     copy_dir(&fixture, tmp.path());
     check_fixture(&DiskStore::open(tmp.path(), DiskOptions::default()).unwrap());
-    assert!(!tmp.path().join("engine.new").exists(), "opened without a migration");
+    assert!(
+        !tmp.path().join("engine.new").exists(),
+        "opened without a migration"
+    );
     assert!(!tmp.path().join("journals").exists());
 }
 
