@@ -53,12 +53,14 @@ const CHUNK_BYTES: usize = 8 << 20;
 
 /// Makes `dir/engine` a complete format-2 database (creating it empty, or migrating a
 /// format-1 directory into it) and returns its path. Call with the directory lock held.
+/// `memtable_bytes` is the memtable size of the tables a migration creates (fjall 3 keeps a
+/// table's memtable size from its creation on).
 ///
 /// # Errors
 ///
 /// I/O errors; [`StoreError::Corrupt`] or [`StoreError::UnsupportedVersion`] for a format-1
 /// directory that cannot be read (then it is left as it was).
-pub(super) fn prepare(dir: &Path) -> Result<PathBuf, StoreError> {
+pub(super) fn prepare(dir: &Path, memtable_bytes: u64) -> Result<PathBuf, StoreError> {
     let engine = dir.join(ENGINE_DIR);
     if !exists(&engine)? {
         let new = dir.join(ENGINE_NEW_DIR);
@@ -67,7 +69,7 @@ pub(super) fn prepare(dir: &Path) -> Result<PathBuf, StoreError> {
             fs::remove_dir_all(&new).map_err(|e| StoreError::io(&new, e))?;
         }
         if is_format_1(dir)? {
-            copy_format_1(dir, &new)?;
+            copy_format_1(dir, &new, memtable_bytes)?;
         } else {
             // Opening creates the database; dropping it syncs everything.
             drop(
@@ -134,7 +136,7 @@ fn finish(dir: &Path) -> Result<(), StoreError> {
 }
 
 /// Copies every table of the format-1 store in `dir` into a new fjall 3 database in `new`.
-fn copy_format_1(dir: &Path, new: &Path) -> Result<(), StoreError> {
+fn copy_format_1(dir: &Path, new: &Path, memtable_bytes: u64) -> Result<(), StoreError> {
     let old = fjall2::Config::new(dir)
         .open()
         .map_err(|e| v1_error(dir, e))?;
@@ -148,7 +150,9 @@ fn copy_format_1(dir: &Path, new: &Path) -> Result<(), StoreError> {
     };
     for name in TABLES {
         let dst = db
-            .keyspace(name, KeyspaceCreateOptions::default)
+            .keyspace(name, || {
+                KeyspaceCreateOptions::default().max_memtable_size(memtable_bytes)
+            })
             .map_err(engine_err)?;
         if !old.partition_exists(name) {
             continue; // never written: an empty table

@@ -81,7 +81,8 @@ pub struct DiskOptions {
     /// tables. Bounds resident memory. Default 32 MiB. fjall 3 limits each table's memtable,
     /// not their sum: each table gets half (at least 256 KiB), as two of the four tables hold
     /// the job records, so the sum stays near this budget (at most twice it, plus the small
-    /// index tables).
+    /// index tables). Fixed when the store is created (or migrated): fjall keeps each table's
+    /// memtable size from its creation, so a later open with another value changes nothing.
     pub max_write_buffer_bytes: u64,
     /// Free bytes to keep on the data directory's file system: a write that would leave less
     /// is refused with [`StoreError::LowSpace`] before anything is applied, and accepted again
@@ -231,8 +232,13 @@ impl DiskStore {
         let dir = dir.to_path_buf();
         std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
         let lock = crate::lock::DirLock::acquire(&dir)?;
+        // fjall 3 sizes memtables per table (its global write-buffer limit is not implemented
+        // in 3.1). Two tables hold the records (`resident`, `due`); `jobs` and `meta` hold
+        // a few dozen bytes a job. Half the buffer each keeps the sum near the budget. fjall
+        // stores the size with the table when it creates it and ignores it afterwards.
+        let memtable = (options.max_write_buffer_bytes / 2).max(MIN_MEMTABLE_BYTES);
         // A format-1 directory (fjall 2) is rewritten into `engine/` first; see `migrate`.
-        let engine = migrate::prepare(&dir)?;
+        let engine = migrate::prepare(&dir, memtable)?;
         let db = Database::builder(&engine)
             .manual_journal_persist(true)
             .max_journaling_size(options.max_journal_bytes.max(MIN_JOURNAL_BYTES))
@@ -240,10 +246,6 @@ impl DiskStore {
             .worker_threads(ENGINE_WORKERS)
             .open()
             .map_err(|e| open_error(&engine, e))?;
-        // fjall 3 sizes memtables per table (its global write-buffer limit is not implemented
-        // in 3.1). Two tables hold the records (`resident`, `due`); `jobs` and `meta` hold
-        // a few dozen bytes a job. Half the buffer each keeps the sum near the budget.
-        let memtable = (options.max_write_buffer_bytes / 2).max(MIN_MEMTABLE_BYTES);
         let part = |name: &str| {
             db.keyspace(name, || {
                 KeyspaceCreateOptions::default().max_memtable_size(memtable)
