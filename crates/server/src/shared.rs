@@ -206,15 +206,16 @@ impl Shared {
                 %error,
                 "the disk filled up between a write's admission and its commit; nothing was \
                  written, but the server's memory holds the refused change, so from now on every \
-                 command answers INTERNAL_ERROR; free space and restart the server to recover \
-                 (nothing acknowledged is lost)"
+                 write answers INTERNAL_ERROR (reads keep working); free space and restart the \
+                 server to recover (nothing acknowledged is lost)"
             );
         }
         if !self.failure_logged.swap(true, Ordering::Relaxed) {
             tracing::error!(
                 %error,
-                "store commit failed: from now on every command answers INTERNAL_ERROR \
-                 (the store refuses further writes); restart the server to recover"
+                "store commit failed: from now on every write answers INTERNAL_ERROR (the \
+                 store refuses further writes; reads keep working); restart the server to \
+                 recover"
             );
         }
     }
@@ -313,7 +314,17 @@ impl Shared {
     fn after_op(&self, engine: &mut Engine) -> Ticket {
         let changes = engine.take_changes();
         let ticket = if changes.is_empty() {
-            self.group.last_ticket()
+            if self.group.poisoned().is_some() {
+                // After a failed commit nothing becomes durable any more, so waiting for the
+                // last batch would fail every read. Reads answer from memory instead: the
+                // acknowledged state plus the changes whose commands were answered
+                // INTERNAL_ERROR (outcome unknown: a failed fsync may or may not have kept
+                // them). Writes are refused before they run (`writable`), so memory moves no
+                // further from the disk. See docs/decisions/0010-fjall-3.md.
+                Ticket::done()
+            } else {
+                self.group.last_ticket()
+            }
         } else {
             match self.group.submit(changes) {
                 Ok(ticket) => ticket,

@@ -39,17 +39,13 @@ fn record(id: u64) -> Vec<u8> {
 }
 
 fn fjall_run(dir: &std::path::Path, batch: usize, batches: usize) -> f64 {
-    use fjall::{Config, PartitionCreateOptions, PersistMode};
-    let ks = Config::new(dir)
+    use fjall::{Database, KeyspaceCreateOptions, PersistMode};
+    let ks = Database::builder(dir)
         .manual_journal_persist(true)
         .open()
         .unwrap();
-    let jobs = ks
-        .open_partition("jobs", PartitionCreateOptions::default())
-        .unwrap();
-    let due = ks
-        .open_partition("due", PartitionCreateOptions::default())
-        .unwrap();
+    let jobs = ks.keyspace("jobs", KeyspaceCreateOptions::default).unwrap();
+    let due = ks.keyspace("due", KeyspaceCreateOptions::default).unwrap();
     let mut rng = Rng(42);
     let start = Instant::now();
     let mut id = 0u64;
@@ -64,7 +60,7 @@ fn fjall_run(dir: &std::path::Path, batch: usize, batches: usize) -> f64 {
         b.commit().unwrap();
     }
     let secs = start.elapsed().as_secs_f64();
-    eprintln!("fjall disk space: {} bytes", ks.disk_space());
+    eprintln!("fjall disk space: {} bytes", ks.disk_space().unwrap());
     (batch * batches) as f64 / secs
 }
 

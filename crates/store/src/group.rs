@@ -232,6 +232,13 @@ impl<S: Store + 'static> GroupCommit<S> {
         self.shared.store.writable(bytes.saturating_add(inflight))
     }
 
+    /// The error every later commit gets, once a commit has failed (`None` before). From then
+    /// on nothing becomes durable any more; what was durable before stays readable through the
+    /// store.
+    pub fn poisoned(&self) -> Option<StoreError> {
+        lock(&self.shared.state).poison.clone()
+    }
+
     /// The ticket of the last batch submitted: resolves once everything submitted so far is
     /// durable.
     pub fn last_ticket(&self) -> Ticket {

@@ -3,12 +3,13 @@
 //!
 //! # Why
 //!
-//! fjall 2.11 discards the error of the journal write itself (`let _ =
-//! journal_writer.write_batch(..)` in `WriteBatch::commit`, fjall-rs/fjall#304 and #308, fixed
-//! only in fjall 3). On a full disk a large batch can be written in part, the write error is
-//! dropped, and the fsync of what did reach the file succeeds: the commit is acknowledged and
-//! recovery drops the torn batch. So the store must never start a write that may not fit. See
-//! `docs/decisions/0006-free-space-guard.md`.
+//! A write the disk cannot hold poisons the store: every later write is refused until a
+//! restart. The guard refuses such a write *before* it starts, without poisoning, so writes
+//! resume by themselves once space is freed. (It was first a correctness fix: fjall 2.11
+//! discarded the error of the journal write itself, fjall-rs/fjall#304 and #308, and could
+//! acknowledge a torn batch on a full disk. fjall 3, which the store uses since format 2,
+//! returns that error, so without the guard a full disk now fails the commit instead of
+//! losing it.) See `docs/decisions/0006-free-space-guard.md` and `0010-fjall-3.md`.
 //!
 //! # Two checks
 //!

@@ -603,7 +603,7 @@ impl Runner {
         while let Some((from, to)) = self.engine.window_load(self.t) {
             self.loads += 1;
             let records = self.records_between(from, to);
-            if self.loads % 2 == 0 {
+            if self.loads.is_multiple_of(2) {
                 // Leave every other load in flight until the next step or instant.
                 self.pending_load = Some((from, records));
                 break;

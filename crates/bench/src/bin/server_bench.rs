@@ -47,6 +47,11 @@ struct Cli {
     /// Path of tickwheel-server (default: next to this binary).
     #[arg(long)]
     tickwheel: Option<PathBuf>,
+    /// Path of a second tickwheel-server build, run as target `tw-base-sync`: before/after
+    /// comparisons in one run, interleaved with the other targets (the disk and the load here
+    /// change from minute to minute, so separate runs do not compare).
+    #[arg(long)]
+    baseline: Option<PathBuf>,
     /// Path of beanstalkd.
     #[arg(long, default_value = "beanstalkd")]
     beanstalkd: PathBuf,
@@ -100,6 +105,8 @@ enum Workload {
 enum Target {
     /// tickwheel-server -b DIR (fsync before every ack, group commit).
     TwSync,
+    /// The `--baseline` build of tickwheel-server, -b DIR.
+    TwBaseSync,
     /// tickwheel-server -b DIR -f 50.
     TwF50,
     /// tickwheel-server -b DIR -F.
@@ -123,6 +130,7 @@ impl Target {
     fn name(self) -> &'static str {
         match self {
             Target::TwSync => "tickwheel (fsync before ack)",
+            Target::TwBaseSync => "baseline tickwheel (fsync before ack)",
             Target::TwF50 => "tickwheel -f 50",
             Target::TwNofsync => "tickwheel -F",
             Target::TwMem => "tickwheel --in-memory",
@@ -137,7 +145,12 @@ impl Target {
     fn is_tickwheel(self) -> bool {
         matches!(
             self,
-            Target::TwSync | Target::TwF50 | Target::TwNofsync | Target::TwMem | Target::TwPg
+            Target::TwSync
+                | Target::TwBaseSync
+                | Target::TwF50
+                | Target::TwNofsync
+                | Target::TwMem
+                | Target::TwPg
         )
     }
 }
@@ -166,6 +179,12 @@ impl Server {
         };
         let (program, args): (PathBuf, Vec<&str>) = match target {
             Target::TwSync => (tickwheel_path(cli)?, vec!["-b", &d]),
+            Target::TwBaseSync => (
+                cli.baseline
+                    .clone()
+                    .ok_or_else(|| anyhow!("target tw-base-sync needs --baseline PATH"))?,
+                vec!["-b", &d],
+            ),
             Target::TwF50 => (tickwheel_path(cli)?, vec!["-b", &d, "-f", "50"]),
             Target::TwNofsync => (tickwheel_path(cli)?, vec!["-b", &d, "-F"]),
             Target::TwMem => (tickwheel_path(cli)?, vec!["--in-memory"]),

@@ -2,8 +2,8 @@
 //!
 //! # Layout
 //!
-//! One fjall keyspace (one journal, so a batch across tables is atomic) with four tables
-//! ("partitions"); `docs/storage-format.md` has the full description.
+//! One fjall 3 database in `DIR/engine/` (one journal, so a batch across tables is atomic)
+//! with four tables (fjall "keyspaces"); `docs/storage-format.md` has the full description.
 //!
 //! | table | key | value |
 //! |-------|-----|-------|
@@ -31,9 +31,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+mod migrate;
 mod ops;
 
-use fjall::{Batch, Config, Keyspace, PartitionCreateOptions, PartitionHandle, PersistMode};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch as Batch, PersistMode};
 
 use crate::error::is_disk_full;
 use crate::space::{FreeSpace, SpaceGuard, Statvfs, REFRESH};
@@ -43,17 +44,26 @@ use crate::record::{decode, decode_locator, due_key, id_key, split_due_key, unti
 use crate::{Durability, Recovered, Store, StoreError};
 
 /// The on-disk format version this build reads and writes (stored in `meta/format_version`).
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 const META_VERSION: &[u8] = b"format_version";
 const META_NEXT_ID: &[u8] = b"next_id";
 const META_DELAYED: &[u8] = b"delayed/";
 
-/// fjall refuses (panics on) a journal limit below 24 MiB; smaller settings are raised to it.
-const MIN_JOURNAL_BYTES: u64 = 24 << 20;
+/// The tables, in the order they are opened (and copied by a migration).
+const TABLES: [&str; 4] = ["jobs", "resident", "due", "meta"];
 
-/// fjall's minimum write buffer (1 MiB); smaller settings are raised to it.
-const MIN_WRITE_BUFFER_BYTES: u64 = 1 << 20;
+/// fjall 3 refuses (panics on) a journal limit below 64 MiB; smaller settings are raised to it.
+const MIN_JOURNAL_BYTES: u64 = 64 << 20;
+
+/// The smallest memtable of one table (256 KiB): a smaller one would flush a table file per
+/// few hundred jobs.
+const MIN_MEMTABLE_BYTES: u64 = 256 << 10;
+
+/// fjall's background workers (memtable flushes and compactions share them). Two, so a long
+/// compaction never holds up a flush (the fjall 2 store ran one flush and one compaction
+/// worker).
+const ENGINE_WORKERS: usize = 2;
 
 /// Options for [`DiskStore::open`].
 #[derive(Clone, Debug)]
@@ -62,18 +72,22 @@ pub struct DiskOptions {
     /// When a commit is acknowledged; default [`Durability::Sync`].
     pub durability: Durability,
     /// Journal bytes kept before memtables are flushed to sorted tables. Bounds the replay
-    /// work (and so the startup time) after a crash. Default 64 MiB, at least 24 MiB (the
+    /// work (and so the startup time) after a crash. Default 64 MiB, at least 64 MiB (the
     /// engine's minimum; smaller values are raised).
     pub max_journal_bytes: u64,
     /// Block cache size in bytes. Default 16 MiB.
     pub cache_bytes: u64,
     /// Memtable bytes (all tables together) kept in memory before they are flushed to sorted
-    /// tables. Bounds resident memory. Default 32 MiB, at least 1 MiB.
+    /// tables. Bounds resident memory. Default 32 MiB. fjall 3 limits each table's memtable,
+    /// not their sum: each table gets half (at least 256 KiB), as two of the four tables hold
+    /// the job records, so the sum stays near this budget (at most twice it, plus the small
+    /// index tables). Fixed when the store is created (or migrated): fjall keeps each table's
+    /// memtable size from its creation, so a later open with another value changes nothing.
     pub max_write_buffer_bytes: u64,
     /// Free bytes to keep on the data directory's file system: a write that would leave less
     /// is refused with [`StoreError::LowSpace`] before anything is applied, and accepted again
     /// once space is freed. Default [`DEFAULT_MIN_FREE_BYTES`]; 0 turns the guard off (then a
-    /// full disk poisons the store, and fjall 2.11 may lose the last acknowledged write, see
+    /// full disk fails the commit that hits it and poisons the store until a restart, see
     /// `docs/decisions/0006-free-space-guard.md`).
     pub min_free_bytes: u64,
 }
@@ -160,11 +174,11 @@ struct WriteState {
 struct Inner {
     dir: PathBuf,
     durability: Durability,
-    keyspace: Keyspace,
-    jobs: PartitionHandle,
-    resident: PartitionHandle,
-    due: PartitionHandle,
-    meta: PartitionHandle,
+    db: Database,
+    jobs: Keyspace,
+    resident: Keyspace,
+    due: Keyspace,
+    meta: Keyspace,
     /// Held for every write; caches what commits read back (see [`WriteState`]).
     write_lock: Mutex<WriteState>,
     poison: Mutex<Option<StoreError>>,
@@ -218,26 +232,32 @@ impl DiskStore {
         let dir = dir.to_path_buf();
         std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
         let lock = crate::lock::DirLock::acquire(&dir)?;
-        let keyspace = Config::new(&dir)
+        // fjall 3 sizes memtables per table (its global write-buffer limit is not implemented
+        // in 3.1). Two tables hold the records (`resident`, `due`); `jobs` and `meta` hold
+        // a few dozen bytes a job. Half the buffer each keeps the sum near the budget. fjall
+        // stores the size with the table when it creates it and ignores it afterwards.
+        let memtable = (options.max_write_buffer_bytes / 2).max(MIN_MEMTABLE_BYTES);
+        // A format-1 directory (fjall 2) is rewritten into `engine/` first; see `migrate`.
+        let engine = migrate::prepare(&dir, memtable)?;
+        let db = Database::builder(&engine)
             .manual_journal_persist(true)
             .max_journaling_size(options.max_journal_bytes.max(MIN_JOURNAL_BYTES))
             .cache_size(options.cache_bytes)
-            .max_write_buffer_size(options.max_write_buffer_bytes.max(MIN_WRITE_BUFFER_BYTES))
-            .flush_workers(1)
-            .compaction_workers(1)
+            .worker_threads(ENGINE_WORKERS)
             .open()
-            .map_err(|e| open_error(&dir, e))?;
+            .map_err(|e| open_error(&engine, e))?;
         let part = |name: &str| {
-            keyspace
-                .open_partition(name, PartitionCreateOptions::default())
-                .map_err(|e| open_error(&dir, e))
+            db.keyspace(name, || {
+                KeyspaceCreateOptions::default().max_memtable_size(memtable)
+            })
+            .map_err(|e| open_error(&engine, e))
         };
         let inner = Inner {
             jobs: part("jobs")?,
             resident: part("resident")?,
             due: part("due")?,
             meta: part("meta")?,
-            keyspace,
+            db,
             durability: options.durability,
             write_lock: Mutex::new(WriteState::default()),
             poison: Mutex::new(None),
@@ -276,8 +296,15 @@ impl DiskStore {
     }
 
     /// Bytes the store uses on disk (journals and tables).
-    pub fn disk_space(&self) -> u64 {
-        self.inner.keyspace.disk_space()
+    ///
+    /// # Errors
+    ///
+    /// I/O errors while listing the engine's files.
+    pub fn disk_space(&self) -> Result<u64, StoreError> {
+        self.inner
+            .db
+            .disk_space()
+            .map_err(|e| self.inner.engine_error(e))
     }
 }
 
@@ -294,7 +321,7 @@ fn periodic_fsync(inner: &Inner, stop: &mpsc::Receiver<()>, every: Duration) {
             if inner.poisoned().is_some() {
                 return;
             }
-            if let Err(e) = inner.keyspace.persist(PersistMode::SyncData) {
+            if let Err(e) = inner.db.persist(PersistMode::SyncData) {
                 let err = inner.engine_error(e);
                 inner.set_poison(&err);
                 return;
@@ -312,7 +339,7 @@ impl Drop for DiskStore {
         }
         if self.inner.durability != Durability::Sync && self.inner.poisoned().is_none() {
             // Best effort on a clean close; errors cannot be reported from drop.
-            let _ = self.inner.keyspace.persist(PersistMode::SyncAll);
+            let _ = self.inner.db.persist(PersistMode::SyncAll);
         }
     }
 }
@@ -325,17 +352,28 @@ fn open_error(dir: &Path, e: fjall::Error) -> StoreError {
     };
     match e {
         fjall::Error::JournalRecovery(r) => StoreError::Corrupt {
-            file: dir.join("journals"),
+            file: dir.to_path_buf(),
             offset: 0,
             detail: format!("journal recovery failed: {r:?}"),
         },
         fjall::Error::InvalidVersion(v) => corrupt(format!(
             "the engine's own version marker is unknown or unreadable: {v:?}"
         )),
-        fjall::Error::Decode(d) => corrupt(format!("engine metadata does not decode: {d}")),
-        fjall::Error::Storage(lsm_tree::Error::Decode(d)) => {
-            corrupt(format!("a table file does not decode: {d:?}"))
+        fjall::Error::Unrecoverable | fjall::Error::Storage(lsm_tree::Error::Unrecoverable) => {
+            corrupt("the engine cannot recover its files (see its log)".into())
         }
+        fjall::Error::InvalidTrailer
+        | fjall::Error::InvalidTag(_)
+        | fjall::Error::Decompress(_) => corrupt(format!("engine metadata does not decode: {e:?}")),
+        fjall::Error::Storage(
+            d @ (lsm_tree::Error::Decompress(_)
+            | lsm_tree::Error::InvalidVersion(_)
+            | lsm_tree::Error::ChecksumMismatch { .. }
+            | lsm_tree::Error::InvalidTag(_)
+            | lsm_tree::Error::InvalidTrailer
+            | lsm_tree::Error::InvalidHeader(_)
+            | lsm_tree::Error::Utf8(_)),
+        ) => corrupt(format!("a table file does not decode: {d:?}")),
         fjall::Error::Storage(lsm_tree::Error::Io(io)) | fjall::Error::Io(io)
             if io.kind() == std::io::ErrorKind::UnexpectedEof =>
         {
@@ -410,7 +448,7 @@ impl Inner {
         }
     }
 
-    fn corrupt(&self, table: &PartitionHandle, detail: String) -> StoreError {
+    fn corrupt(&self, table: &Keyspace, detail: String) -> StoreError {
         StoreError::Corrupt {
             file: table.path().to_path_buf(),
             offset: 0,
@@ -440,15 +478,15 @@ impl Inner {
                 Ok(())
             }
             None => {
-                let empty = self.jobs.first_key_value().map_err(read)?.is_none()
-                    && self.meta.first_key_value().map_err(read)?.is_none();
+                let empty =
+                    self.jobs.first_key_value().is_none() && self.meta.first_key_value().is_none();
                 if !empty {
                     return Err(self.corrupt(
                         &self.meta,
                         "format_version is missing but the store holds data".into(),
                     ));
                 }
-                let mut b = self.keyspace.batch();
+                let mut b = self.db.batch();
                 b.insert(&self.meta, META_VERSION, FORMAT_VERSION.to_be_bytes());
                 self.write(b, 64)
             }
@@ -456,8 +494,8 @@ impl Inner {
     }
 
     /// Commits a fjall batch of about `bytes` bytes with this store's durability, poisoning on
-    /// failure. Refuses (without poisoning) a batch the disk may not hold: fjall 2.11 would
-    /// acknowledge a torn journal write (see [`crate::space`]).
+    /// failure. Refuses (without poisoning) a batch the disk may not hold (see
+    /// [`crate::space`]).
     fn write(&self, batch: Batch, bytes: u64) -> Result<(), StoreError> {
         self.space.check_commit(bytes)?;
         let result = self.write_unchecked(batch);
@@ -540,16 +578,13 @@ impl Inner {
 
     /// One past the largest stored job id (0 if none).
     fn jobs_end(&self) -> Result<JobId, StoreError> {
-        match self
-            .jobs
-            .last_key_value()
-            .map_err(|e| self.engine_error(e))?
-        {
-            None => Ok(0),
-            Some((k, _)) => be_u64(&k)
-                .map(|id| id.saturating_add(1))
-                .ok_or_else(|| self.corrupt(&self.jobs, format!("key of {} bytes", k.len()))),
-        }
+        let k = match self.jobs.last_key_value() {
+            None => return Ok(0),
+            Some(kv) => kv.key().map_err(|e| self.engine_error(e))?,
+        };
+        be_u64(&k)
+            .map(|id| id.saturating_add(1))
+            .ok_or_else(|| self.corrupt(&self.jobs, format!("key of {} bytes", k.len())))
     }
 
     fn next_id(&self) -> Result<JobId, StoreError> {
@@ -586,7 +621,7 @@ fn probe_disk_full(dir: &Path) -> Option<StoreError> {
 
 impl DiskStore {
     /// Runs `f`, turning a panic inside the engine into [`StoreError::Corrupt`] and poisoning
-    /// the store. fjall 2.11 can panic on damaged table files (e.g. a varint overflow while
+    /// the store. fjall 2.11 could panic on damaged table files (e.g. a varint overflow while
     /// decoding a block, found by `tests/it/corrupt.rs`); invariant 4 says no input panics us.
     fn guarded<T>(
         &self,

@@ -41,7 +41,7 @@ impl DiskStore {
                 }
             },
         )?;
-        let mut b = s.keyspace.batch();
+        let mut b = s.db.batch();
         // Bytes of the records written, for the free-space backstop; keys and framing are
         // added per item below.
         let mut record_bytes: u64 = 0;
@@ -126,14 +126,14 @@ impl DiskStore {
         let read = |e| s.engine_error(e);
         let mut resident = Vec::new();
         for kv in s.resident.iter() {
-            let (k, v) = kv.map_err(read)?;
+            let (k, v) = kv.into_inner().map_err(read)?;
             let id = be_u64(&k)
                 .ok_or_else(|| s.corrupt(&s.resident, format!("key of {} bytes", k.len())))?;
             resident.push(decode(id, &v).map_err(|d| s.corrupt(&s.resident, d))?);
         }
         let mut in_window: BTreeMap<TubeName, u64> = BTreeMap::new();
         for kv in s.due.range(..due_key(window_end_ms, 0)) {
-            let (k, v) = kv.map_err(read)?;
+            let (k, v) = kv.into_inner().map_err(read)?;
             let r = s.due_record(&k, &v)?;
             *in_window.entry(r.tube.clone()).or_default() += 1;
             resident.push(r);
@@ -141,7 +141,7 @@ impl DiskStore {
         resident.sort_unstable_by_key(|r| r.id);
         let mut far_delayed = Vec::new();
         for kv in s.meta.prefix(META_DELAYED) {
-            let (k, v) = kv.map_err(read)?;
+            let (k, v) = kv.into_inner().map_err(read)?;
             let tube = std::str::from_utf8(&k[META_DELAYED.len()..])
                 .map_err(|_| s.corrupt(&s.meta, "a delayed counter's tube is not UTF-8".into()))?;
             let tube = tube_name(tube).map_err(|d| s.corrupt(&s.meta, d))?;
@@ -183,7 +183,7 @@ impl DiskStore {
             .range(due_key(from_ms, 0)..due_key(to_ms, 0))
             .take(limit)
         {
-            let (k, v) = kv.map_err(|e| s.engine_error(e))?;
+            let (k, v) = kv.into_inner().map_err(|e| s.engine_error(e))?;
             out.push(s.due_record(&k, &v)?);
         }
         Ok(out)

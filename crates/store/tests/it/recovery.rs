@@ -129,26 +129,28 @@ fn unknown_format_version_is_refused() {
     drop(open(dir.path()));
     {
         // Rewrite the version marker with the engine directly.
-        let ks = fjall::Config::new(dir.path()).open().unwrap();
-        let meta = ks
-            .open_partition("meta", fjall::PartitionCreateOptions::default())
+        let db = fjall::Database::builder(dir.path().join("engine"))
+            .open()
             .unwrap();
-        meta.insert("format_version", 2u32.to_be_bytes()).unwrap();
-        ks.persist(fjall::PersistMode::SyncAll).unwrap();
+        let meta = db
+            .keyspace("meta", fjall::KeyspaceCreateOptions::default)
+            .unwrap();
+        meta.insert("format_version", 3u32.to_be_bytes()).unwrap();
+        db.persist(fjall::PersistMode::SyncAll).unwrap();
     }
     let err = DiskStore::open(dir.path(), DiskOptions::default()).unwrap_err();
     assert!(
         matches!(
             err,
             StoreError::UnsupportedVersion {
-                found: 2,
-                supported: 1,
+                found: 3,
+                supported: 2,
                 ..
             }
         ),
         "{err}"
     );
-    assert!(err.to_string().contains("format version 2"), "{err}");
+    assert!(err.to_string().contains("format version 3"), "{err}");
 }
 
 #[test]
