@@ -82,7 +82,10 @@ pub struct Wheel<T> {
     /// A cascade paused by [`Wheel::poll_budgeted`]: `(level, slot)` of the slot being moved
     /// down. The clock reads its start; the items not moved yet are still its chain, the
     /// moved ones are in the levels below. See `cascade_step`.
-    cascading: Option<(usize, usize)>,
+    /// `cascade_level` is 0 when no cascade is paused (level 0 never cascades): the hot paths
+    /// test one integer.
+    cascade_level: usize,
+    cascade_slot: usize,
     /// While `cascading`: the exact earliest deadline among the cascading slot's timers,
     /// moved or not (no timer of that range is removed while a cascade is paused).
     cascade_min: Tick,
@@ -169,7 +172,8 @@ impl<T> Wheel<T> {
             pool: Pool::new(),
             scratch: Vec::new(),
             fresh_gen: wheel_seed(),
-            cascading: None,
+            cascade_level: 0,
+            cascade_slot: 0,
             cascade_min: 0,
         }
     }
@@ -309,7 +313,11 @@ impl<T> Wheel<T> {
             .get(key.index as usize)?
             .live(key.gen)?
             .deadline;
-        self.settle_for(deadline);
+        let level = level_for(self.elapsed, deadline);
+        if level < self.cascade_level {
+            // In the window of a paused cascade: its item may not have moved yet.
+            self.finish_cascade();
+        }
         let vacant = Entry::Vacant {
             gen: key.gen.wrapping_add(1),
             next_free: self.free,
@@ -320,8 +328,9 @@ impl<T> Wheel<T> {
         };
         self.free = key.index;
         self.len -= 1;
-        self.unfile(timer.deadline);
-        self.repair_front();
+        if self.unfile_at(timer.deadline, level) {
+            self.repair_front();
+        }
         Some(timer.value)
     }
 
@@ -363,8 +372,9 @@ impl<T> Wheel<T> {
         // by the time its slot's counters are updated (which may compact that slot).
         let pos = self.file(key.index, deadline);
         self.set_pos(key.index, pos);
-        self.unfile(old);
-        self.repair_front();
+        if self.unfile(old) {
+            self.repair_front();
+        }
         true
     }
 
@@ -429,7 +439,7 @@ impl<T> Wheel<T> {
     /// ```
     #[must_use]
     pub fn next_deadline(&self) -> Option<Tick> {
-        if self.cascading.is_some() {
+        if self.cascade_level != 0 {
             return Some(self.cascade_min);
         }
         let (level, slot) = self.front()?;
@@ -471,7 +481,7 @@ impl<T> Wheel<T> {
     /// ```
     #[inline]
     pub fn poll(&mut self, now: Tick) -> Option<(TimerKey, T)> {
-        if self.cascading.is_some() {
+        if self.cascade_level != 0 {
             self.finish_cascade();
         }
         let now = now.max(self.elapsed);
@@ -549,7 +559,7 @@ impl<T> Wheel<T> {
     pub fn poll_budgeted(&mut self, now: Tick, budget: usize) -> Step<T> {
         let mut budget = budget;
         let mut worked = false;
-        if let Some((level, slot)) = self.cascading {
+        if let Some((level, slot)) = self.cascading() {
             worked = true;
             if !self.cascade_step(level, slot, &mut budget) {
                 return Step::Paused;
@@ -694,15 +704,13 @@ impl<T> Wheel<T> {
     #[inline]
     fn file(&mut self, index: u32, deadline: Tick) -> NonZeroU32 {
         let level = level_for(self.elapsed, deadline);
-        match self.cascading {
+        if level < self.cascade_level {
             // The window of a paused cascade (its slot's levels below): filed at the tail of
             // the cascading slot, behind the timers not moved yet, so ties keep their order.
-            Some((c_level, c_slot)) if level < c_level => {
-                self.cascade_min = self.cascade_min.min(deadline);
-                self.file_in(index, deadline, c_level, c_slot)
-            }
-            _ => self.file_in(index, deadline, level, slot_for(deadline, level)),
+            self.cascade_min = self.cascade_min.min(deadline);
+            return self.file_in(index, deadline, self.cascade_level, self.cascade_slot);
         }
+        self.file_in(index, deadline, level, slot_for(deadline, level))
     }
 
     /// [`file`](Self::file) into a given slot.
@@ -745,9 +753,20 @@ impl<T> Wheel<T> {
     /// Counts a timer of `deadline` out of its slot: its entry has already been vacated or
     /// pointed elsewhere, so its item there is garbage now. Frees the slot if that was its
     /// last live timer, and compacts it if garbage outgrows the bound.
+    ///
+    /// Returns `true` if the earliest slot may have changed or gone stale (the slot emptied,
+    /// or its minimum was removed): only then does [`repair_front`](Self::repair_front) have
+    /// anything to do. Filing never makes the earliest slot stale.
     #[inline]
-    fn unfile(&mut self, deadline: Tick) {
-        let level = level_for(self.elapsed, deadline);
+    #[must_use]
+    fn unfile(&mut self, deadline: Tick) -> bool {
+        self.unfile_at(deadline, level_for(self.elapsed, deadline))
+    }
+
+    /// [`unfile`](Self::unfile) with the timer's level already known.
+    #[inline]
+    #[must_use]
+    fn unfile_at(&mut self, deadline: Tick, level: usize) -> bool {
         let slot = slot_for(deadline, level);
         let lvl = &mut self.levels[level];
         let chain = &mut lvl.chains[slot];
@@ -758,14 +777,16 @@ impl<T> Wheel<T> {
             if lvl.occupied.is_empty() {
                 self.nonempty &= !(1 << level);
             }
-            return;
+            return true;
         }
-        if deadline == lvl.min[slot] {
+        let stale = deadline == lvl.min[slot];
+        if stale {
             lvl.stale.set(slot);
         }
         if over_garbage_bound(chain.live, chain.garbage()) {
             self.compact(level, slot);
         }
+        stale
     }
 
     /// Hands out the first live timer of level-0 slot `slot` (its tick is the clock),
@@ -826,12 +847,13 @@ impl<T> Wheel<T> {
             "levels below not empty"
         );
         self.cascade_min = lvl.min[slot];
-        self.cascading = Some((level, slot));
+        self.cascade_level = level;
+        self.cascade_slot = slot;
     }
 
     /// Completes a cascade paused by [`poll_budgeted`](Self::poll_budgeted), if any.
     fn finish_cascade(&mut self) {
-        if let Some((level, slot)) = self.cascading {
+        if let Some((level, slot)) = self.cascading() {
             let mut unbounded = usize::MAX;
             let done = self.cascade_step(level, slot, &mut unbounded);
             debug_assert!(done);
@@ -843,11 +865,15 @@ impl<T> Wheel<T> {
     /// that it is below, where `unfile` looks for it.
     #[inline]
     fn settle_for(&mut self, deadline: Tick) {
-        if let Some((level, _)) = self.cascading {
-            if level_for(self.elapsed, deadline) < level {
-                self.finish_cascade();
-            }
+        if level_for(self.elapsed, deadline) < self.cascade_level {
+            self.finish_cascade();
         }
+    }
+
+    /// The paused cascade's level and slot, if any.
+    #[inline]
+    fn cascading(&self) -> Option<(usize, usize)> {
+        (self.cascade_level != 0).then_some((self.cascade_level, self.cascade_slot))
     }
 
     /// Moves the timers of the cascading slot down, line by line from its head, until the
@@ -867,7 +893,7 @@ impl<T> Wheel<T> {
                 if lvl.occupied.is_empty() {
                     self.nonempty &= !(1 << level);
                 }
-                self.cascading = None;
+                self.cascade_level = 0;
                 return true;
             }
             if *budget == 0 && moved {
@@ -916,7 +942,7 @@ impl<T> Wheel<T> {
     /// (O(k log k)), after which removing its minimums in order is O(1).
     #[inline]
     fn repair_front(&mut self) {
-        if self.nonempty & 1 != 0 || self.cascading.is_some() {
+        if self.nonempty & 1 != 0 || self.cascade_level != 0 {
             return; // a level-0 slot is one tick: always exact
         }
         let Some((level, slot)) = self.front() else {
@@ -1161,7 +1187,7 @@ impl<T> Wheel<T> {
             level.clear();
         }
         self.pool.clear();
-        self.cascading = None;
+        self.cascade_level = 0;
         self.nonempty = 0;
         self.horizon = Tick::MAX;
         self.free = NIL;
