@@ -179,7 +179,9 @@ impl<T> Wheel<T> {
     }
 
     /// The wheel's clock: the latest `now` given to [`poll`](Self::poll), or, while polls
-    /// are handing out timers, the deadline of the timer handed out last.
+    /// are handing out timers, the deadline of the timer handed out last, or, while a
+    /// [`poll_budgeted`](Self::poll_budgeted) cascade is paused, the start of the window it
+    /// is moving down.
     #[must_use]
     pub fn now(&self) -> Tick {
         self.elapsed
