@@ -327,3 +327,88 @@ fn crowded_slots_with_garbage_match_a_model() {
         }
     }
 }
+
+/// A budgeted poll hands out exactly what `poll` does, in the same order, while inserts,
+/// removals and resets (inside and outside the window being cascaded) land between its
+/// pauses; each call moves a bounded number of timers; and a zero budget still progresses.
+#[test]
+fn budgeted_polls_pause_and_agree_with_poll() {
+    use tickwheel_core::Step;
+    let mut rng = 0x2545_f491_u64;
+    let mut next = move |below: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % below
+    };
+    let mut budgeted: Wheel<u64> = Wheel::new();
+    let mut keys = Vec::new();
+    for v in 0..20_000 {
+        // Level-1 slots (ticks 256..1024) and a few level-2 timers.
+        let d = if v % 10 == 0 {
+            70_000 + next(1_000)
+        } else {
+            256 + next(768)
+        };
+        keys.push(budgeted.insert(d, v));
+    }
+    let mut plain = budgeted.clone();
+    let mut plain_keys = keys.clone();
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    let (mut pauses, mut v) = (0, 20_000);
+    let mut now = 0;
+    while now < 80_000 {
+        now += 1 + next(40);
+        loop {
+            let budget = next(50) as usize;
+            let before = budgeted.next_deadline();
+            match budgeted.poll_budgeted(now, budget) {
+                Step::Fired(_, value) => got.push((budgeted.now(), value)),
+                Step::Idle => break,
+                Step::Paused => {
+                    pauses += 1;
+                    assert!(budgeted.now() <= now);
+                    assert_eq!(budgeted.next_deadline(), before, "exact while paused");
+                    assert!(before.is_some_and(|d| d >= budgeted.now()), "never early");
+                    // The same operation on both wheels; `plain` fires what is due before the
+                    // window being cascaded (`budgeted` handed those out already).
+                    let before_window = budgeted.now().saturating_sub(1);
+                    while let Some((_, value)) = plain.poll(before_window) {
+                        want.push((plain.now(), value));
+                    }
+                    let i = next(keys.len() as u64) as usize;
+                    match next(4) {
+                        0 => {
+                            let d = budgeted.now() + next(600);
+                            keys.push(budgeted.insert(d, v));
+                            plain_keys.push(plain.insert(d, v));
+                            v += 1;
+                        }
+                        1 => assert_eq!(budgeted.remove(keys[i]), plain.remove(plain_keys[i])),
+                        2 => {
+                            let d = budgeted.now() + next(2_000);
+                            assert_eq!(budgeted.reset(keys[i], d), plain.reset(plain_keys[i], d));
+                        }
+                        _ => {}
+                    }
+                    assert_eq!(budgeted.len(), plain.len());
+                }
+            }
+        }
+        while let Some((_, value)) = plain.poll(now) {
+            want.push((plain.now(), value));
+        }
+        assert_eq!(got, want, "up to {now}");
+    }
+    assert!(budgeted.is_empty() && plain.is_empty());
+    assert!(pauses > 50, "only {pauses} pauses");
+
+    // A budget of 0 still moves one line per call: a long cascade ends.
+    let mut wheel: Wheel<u64> = (0..1_000).map(|i| (300 + i % 7, i)).collect();
+    let mut calls = 0;
+    while !matches!(wheel.poll_budgeted(1_000, 0), Step::Idle) {
+        calls += 1;
+        assert!(calls < 2_000, "no progress");
+    }
+    assert!(wheel.is_empty());
+}
