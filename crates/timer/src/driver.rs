@@ -349,8 +349,11 @@ impl Inner {
                     break shard_next;
                 }
                 // A burst: start the workers on this chunk while we take the next one (and
-                // let producers and finishing workers have the lock in between).
-                self.fire(&mut due);
+                // let producers and finishing workers have the lock in between). `more` also
+                // comes from a paused cascade (`Shard::take_due`), possibly with nothing taken.
+                if !due.fires.is_empty() || !due.wakers.is_empty() {
+                    self.fire(&mut due);
+                }
             };
             next = min_tick(next, shard_next);
             sources += usize::from(due.fires.len() + due.wakers.len() > before);
