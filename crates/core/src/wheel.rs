@@ -584,14 +584,16 @@ impl<T> Wheel<T> {
                 self.horizon = start;
                 return Step::Idle;
             }
+            if level != 0 && budget == 0 && worked {
+                // Spent on an earlier cascade of this call; start this one next time. The
+                // clock must not move to the slot's start before its cascade begins: the
+                // slot's timers would then not be where their deadlines say.
+                return Step::Paused;
+            }
             self.elapsed = start;
             if level == 0 {
                 let (key, value) = self.pop_front(slot);
                 return Step::Fired(key, value);
-            }
-            if budget == 0 && worked {
-                // Spent on an earlier cascade of this call; start this one next time.
-                return Step::Paused;
             }
             worked = true;
             self.start_cascade(level, slot);

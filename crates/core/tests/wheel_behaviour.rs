@@ -412,3 +412,38 @@ fn budgeted_polls_pause_and_agree_with_poll() {
     }
     assert!(wheel.is_empty());
 }
+
+/// Found by the fuzzer: a budget spent on one cascade must not move the clock to the start
+/// of the next slot to cascade before that cascade begins (its timers would then not be
+/// where their deadlines say, and removing one underflowed a counter).
+#[test]
+fn a_spent_budget_does_not_move_the_clock_past_an_uncascaded_slot() {
+    use tickwheel_core::Step;
+    let mut wheel = Wheel::new();
+    // Level 2, slot 1 (ticks 65536..131072): one line, cascading to level-1 slot 273.
+    let keys: Vec<_> = (0..10u64).map(|i| wheel.insert(70_000 + i, i)).collect();
+    // Budget 1: the level-2 cascade spends it, and the call reaches the level-1 slot next.
+    assert_eq!(wheel.poll_budgeted(200_000, 1), Step::Paused);
+    assert!(wheel.now() <= 70_000);
+    assert_eq!(wheel.next_deadline(), Some(70_000));
+    // Removing, resetting and inserting while paused find the timers where they are.
+    assert_eq!(wheel.remove(keys[3]), Some(3));
+    assert!(wheel.reset(keys[4], 70_100));
+    wheel.insert(70_050, 10);
+    let mut fired = Vec::new();
+    loop {
+        match wheel.poll_budgeted(200_000, 1) {
+            Step::Fired(_, v) => fired.push((wheel.now(), v)),
+            Step::Paused => {}
+            Step::Idle => break,
+        }
+    }
+    assert!(wheel.is_empty());
+    let mut want: Vec<(u64, u64)> = [0, 1, 2, 5, 6, 7, 8, 9]
+        .iter()
+        .map(|&i| (70_000 + i, i))
+        .collect();
+    want.push((70_050, 10));
+    want.push((70_100, 4));
+    assert_eq!(fired, want);
+}
