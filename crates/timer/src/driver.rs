@@ -187,6 +187,7 @@ impl Inner {
     }
 
     /// Runs `f` on shard `i` under its lock (and publishes its pending count).
+    #[inline]
     pub(crate) fn with_shard<R>(&self, i: usize, f: impl FnOnce(&mut Shard) -> R) -> R {
         let cell = &self.shards[i];
         let mut shard = cell.lock.lock();
