@@ -843,7 +843,7 @@ mod tests {
         // Each of the ~N / 4 timers of a level-1 slot is moved by a hold of at most one
         // budget (rounded up to whole lines of 15): at least N / (budget + 15) - 4 of the
         // holds ended in a pause; with `Wheel::poll` none would.
-        let min_paused = N / (CASCADE_BUDGET as u64 + 15) - 4;
+        let min_paused = (N / (CASCADE_BUDGET as u64 + 15)).saturating_sub(4);
         eprintln!(
             "{N} timers: {holds} lock holds, {paused_holds} paused mid-cascade \
              (>= {min_paused} required; ~{} timers moved per paused hold)",
