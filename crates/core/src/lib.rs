@@ -48,6 +48,32 @@
 //! assert_eq!(fired, ["second, sooner", "first"]);
 //! ```
 //!
+//! # Bounded work per call
+//!
+//! When the clock reaches a slot above level 0, [`Wheel::poll`] moves all of that slot's timers
+//! down a level before it hands out the first one: with 1 ms ticks a slot spans 256 ms, so a
+//! million timers due within one second means a few calls each moving a quarter of a million.
+//! [`Wheel::poll_budgeted`] does the same work in steps of at most about `budget` timers,
+//! returning [`Step::Paused`] in between, so a caller that holds a lock can release it and an
+//! event loop can serve I/O. Nothing else changes: the guarantees below hold for every mix of
+//! `poll`, `poll_budgeted` and the other methods, and `next_deadline` stays exact while paused.
+//!
+//! ```
+//! use tickwheel_core::{Step, Wheel};
+//!
+//! let mut wheel = Wheel::new();
+//! wheel.extend((0..10_000u64).map(|i| (300 + i % 100, i)));
+//! let mut fired = 0;
+//! loop {
+//!     match wheel.poll_budgeted(1_000, 256) {
+//!         Step::Fired(_key, _value) => fired += 1,
+//!         Step::Paused => { /* release the lock, serve I/O, then call again */ }
+//!         Step::Idle => break, // nothing due until wheel.next_deadline()
+//!     }
+//! }
+//! assert_eq!(fired, 10_000);
+//! ```
+//!
 //! # Guarantees
 //!
 //! 1. **Never early**: `poll(now)` hands out only timers whose deadline is `<= now`.
@@ -134,6 +160,7 @@
 //! | [`get`](Wheel::get), [`deadline`](Wheel::deadline), [`contains`](Wheel::contains) | O(1) |
 //! | [`next_deadline`](Wheel::next_deadline) | O(1) |
 //! | [`poll`](Wheel::poll) | O(1) per timer fired plus O(1) per timer cascaded (≤ 7 per timer) |
+//! | [`poll_budgeted`](Wheel::poll_budgeted) | as `poll`, at most `budget` + 15 timers cascaded per call |
 //! | [`clear`](Wheel::clear), [`drain`](Wheel::drain), [`shrink_to_fit`](Wheel::shrink_to_fit) | O(capacity) |
 //!
 //! "Amortised" because a cancel occasionally compacts its slot (O(k) for its k items, paid
@@ -165,7 +192,7 @@ use core::fmt;
 
 pub use entry::TimerKey;
 pub use tick::Tick;
-pub use wheel::{Drain, Iter, IterMut, Wheel};
+pub use wheel::{Drain, Iter, IterMut, Step, Wheel};
 
 /// A wheel refused a timer because it already holds 2³⁰ (about a billion) timers. Holds the
 /// value.

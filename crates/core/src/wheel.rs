@@ -79,6 +79,29 @@ pub struct Wheel<T> {
     /// Generation given to entries pushed onto the slab. Raised above every generation a
     /// discarded entry had (by `clear`, `drain`, `shrink_to_fit`) so old keys stay dead.
     fresh_gen: u32,
+    /// A cascade paused by [`Wheel::poll_budgeted`]: `(level, slot)` of the slot being moved
+    /// down. The clock reads its start; the items not moved yet are still its chain, the
+    /// moved ones are in the levels below. See `cascade_step`.
+    /// `cascade_level` is 0 when no cascade is paused (level 0 never cascades): the hot paths
+    /// test one integer.
+    cascade_level: usize,
+    cascade_slot: usize,
+    /// While `cascading`: the exact earliest deadline among the cascading slot's timers,
+    /// moved or not (no timer of that range is removed while a cascade is paused).
+    cascade_min: Tick,
+}
+
+/// What one [`Wheel::poll_budgeted`] call did.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Step<T> {
+    /// A timer whose deadline has come, as [`Wheel::poll`] hands it out.
+    Fired(TimerKey, T),
+    /// Nothing is due at `now`: the clock now reads `now`, as after `poll`'s `None`.
+    Idle,
+    /// The budget was spent moving timers down a level before any could be handed out. Call
+    /// again (now or later) to go on; nothing was skipped, and no timer is due earlier than
+    /// [`Wheel::now`].
+    Paused,
 }
 
 /// Start generations of different wheels far apart, so a key from one wheel is not taken for
@@ -149,11 +172,16 @@ impl<T> Wheel<T> {
             pool: Pool::new(),
             scratch: Vec::new(),
             fresh_gen: wheel_seed(),
+            cascade_level: 0,
+            cascade_slot: 0,
+            cascade_min: 0,
         }
     }
 
     /// The wheel's clock: the latest `now` given to [`poll`](Self::poll), or, while polls
-    /// are handing out timers, the deadline of the timer handed out last.
+    /// are handing out timers, the deadline of the timer handed out last, or, while a
+    /// [`poll_budgeted`](Self::poll_budgeted) cascade is paused, the start of the window it
+    /// is moving down.
     #[must_use]
     pub fn now(&self) -> Tick {
         self.elapsed
@@ -282,7 +310,16 @@ impl<T> Wheel<T> {
     /// ```
     #[inline]
     pub fn remove(&mut self, key: TimerKey) -> Option<T> {
-        self.entries.get(key.index as usize)?.live(key.gen)?;
+        let deadline = self
+            .entries
+            .get(key.index as usize)?
+            .live(key.gen)?
+            .deadline;
+        let level = level_for(self.elapsed, deadline);
+        if level < self.cascade_level {
+            // In the window of a paused cascade: its item may not have moved yet.
+            self.finish_cascade();
+        }
         let vacant = Entry::Vacant {
             gen: key.gen.wrapping_add(1),
             next_free: self.free,
@@ -293,8 +330,9 @@ impl<T> Wheel<T> {
         };
         self.free = key.index;
         self.len -= 1;
-        self.unfile(timer.deadline);
-        self.repair_front();
+        if self.unfile_at(timer.deadline, level) {
+            self.repair_front();
+        }
         Some(timer.value)
     }
 
@@ -321,15 +359,24 @@ impl<T> Wheel<T> {
             .get_mut(key.index as usize)
             .and_then(|e| e.live_mut(key.gen))
         {
-            Some(timer) => mem::replace(&mut timer.deadline, deadline),
+            Some(timer) => timer.deadline,
             None => return false,
         };
+        self.settle_for(old);
+        if let Some(timer) = self
+            .entries
+            .get_mut(key.index as usize)
+            .and_then(|e| e.live_mut(key.gen))
+        {
+            timer.deadline = deadline;
+        }
         // File the new item first: the entry then points at it, and the old item is garbage
         // by the time its slot's counters are updated (which may compact that slot).
         let pos = self.file(key.index, deadline);
         self.set_pos(key.index, pos);
-        self.unfile(old);
-        self.repair_front();
+        if self.unfile(old) {
+            self.repair_front();
+        }
         true
     }
 
@@ -394,6 +441,9 @@ impl<T> Wheel<T> {
     /// ```
     #[must_use]
     pub fn next_deadline(&self) -> Option<Tick> {
+        if self.cascade_level != 0 {
+            return Some(self.cascade_min);
+        }
         let (level, slot) = self.front()?;
         if level == 0 {
             return Some(slot_start(self.elapsed, 0, slot));
@@ -433,6 +483,9 @@ impl<T> Wheel<T> {
     /// ```
     #[inline]
     pub fn poll(&mut self, now: Tick) -> Option<(TimerKey, T)> {
+        if self.cascade_level != 0 {
+            self.finish_cascade();
+        }
         let now = now.max(self.elapsed);
         if now < self.horizon {
             self.elapsed = now;
@@ -459,7 +512,94 @@ impl<T> Wheel<T> {
             if level == 0 {
                 return Some(self.pop_front(slot));
             }
-            self.cascade(level, slot);
+            self.start_cascade(level, slot);
+            self.finish_cascade();
+        }
+    }
+
+    /// [`poll`](Self::poll) with bounded work: moves at most about `budget` timers down a
+    /// level (whole 64-byte lines of 15, at least one line) before it returns, so one call
+    /// never takes time proportional to the number of timers due in one slot.
+    ///
+    /// With 1 ms ticks, every timer due in the same 256 ms window sits in one slot until that
+    /// window starts, and `poll` then moves them all to the slots of single ticks before it
+    /// hands out the first: with a million timers that is milliseconds of work in one call.
+    /// `poll_budgeted` does the same work in as many calls as the budget requires, returning
+    /// [`Step::Paused`] in between, so a caller holding a lock can release it (producers keep
+    /// inserting and removing), or an event loop can handle I/O. Each call resumes where the
+    /// last one stopped, whatever `now` it is given.
+    ///
+    /// Every guarantee of `poll` holds: never early, exactly once, ties in insertion order,
+    /// [`next_deadline`](Self::next_deadline) exact also while paused. While a cascade is
+    /// paused, inserting (anything) and removing or resetting a timer due outside the
+    /// window being cascaded stay O(1); removing or resetting a timer due inside that window
+    /// first completes the cascade (it has to know where the timer is), as does a plain
+    /// [`poll`](Self::poll) call. The clock reads the window's start while paused: a timer
+    /// inserted then with an earlier deadline is due at that start, as with `poll`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tickwheel_core::{Step, Wheel};
+    ///
+    /// let mut wheel = Wheel::new();
+    /// for i in 0..1_000u64 {
+    ///     wheel.insert(300 + i % 200, i); // all in the window of ticks 256..512
+    /// }
+    /// let (mut fired, mut pauses) = (Vec::new(), 0);
+    /// loop {
+    ///     match wheel.poll_budgeted(1_000, 64) {
+    ///         Step::Fired(_key, value) => fired.push(value),
+    ///         Step::Paused => pauses += 1, // e.g. release a lock, handle I/O, then go on
+    ///         Step::Idle => break,
+    ///     }
+    /// }
+    /// assert_eq!(fired.len(), 1_000);
+    /// assert!(pauses >= 10); // ~75 timers moved per call: 5 lines of 15
+    /// assert_eq!(fired[..3], [0, 200, 400]); // deadline order, ties in insertion order
+    /// ```
+    pub fn poll_budgeted(&mut self, now: Tick, budget: usize) -> Step<T> {
+        let mut budget = budget;
+        let mut worked = false;
+        if let Some((level, slot)) = self.cascading() {
+            worked = true;
+            if !self.cascade_step(level, slot, &mut budget) {
+                return Step::Paused;
+            }
+        }
+        let now = now.max(self.elapsed);
+        if now < self.horizon {
+            self.elapsed = now;
+            return Step::Idle;
+        }
+        loop {
+            let Some((level, slot)) = self.front() else {
+                self.elapsed = now;
+                self.horizon = Tick::MAX;
+                return Step::Idle;
+            };
+            let start = slot_start(self.elapsed, level, slot);
+            if start > now {
+                self.elapsed = now;
+                self.horizon = start;
+                return Step::Idle;
+            }
+            if level != 0 && budget == 0 && worked {
+                // Spent on an earlier cascade of this call; start this one next time. The
+                // clock must not move to the slot's start before its cascade begins: the
+                // slot's timers would then not be where their deadlines say.
+                return Step::Paused;
+            }
+            self.elapsed = start;
+            if level == 0 {
+                let (key, value) = self.pop_front(slot);
+                return Step::Fired(key, value);
+            }
+            worked = true;
+            self.start_cascade(level, slot);
+            if !self.cascade_step(level, slot, &mut budget) {
+                return Step::Paused;
+            }
         }
     }
 
@@ -494,6 +634,7 @@ impl<T> Wheel<T> {
     /// Returns memory the wheel does not need: trailing free entries of the slab and the
     /// spare capacity. Keys of pending timers stay valid.
     pub fn shrink_to_fit(&mut self) {
+        self.finish_cascade();
         // Repack the slots into a fresh pool without garbage: afterwards no item names a
         // vacant entry, so trailing vacant entries can go.
         self.rebuild_pool();
@@ -566,11 +707,22 @@ impl<T> Wheel<T> {
     /// item's address, which the caller stores in the entry.
     #[inline]
     fn file(&mut self, index: u32, deadline: Tick) -> NonZeroU32 {
+        let level = level_for(self.elapsed, deadline);
+        if level < self.cascade_level {
+            // The window of a paused cascade (its slot's levels below): filed at the tail of
+            // the cascading slot, behind the timers not moved yet, so ties keep their order.
+            self.cascade_min = self.cascade_min.min(deadline);
+            return self.file_in(index, deadline, self.cascade_level, self.cascade_slot);
+        }
+        self.file_in(index, deadline, level, slot_for(deadline, level))
+    }
+
+    /// [`file`](Self::file) into a given slot.
+    #[inline]
+    fn file_in(&mut self, index: u32, deadline: Tick, level: usize, slot: usize) -> NonZeroU32 {
         if self.pool.exhausted() {
             self.compact_all();
         }
-        let level = level_for(self.elapsed, deadline);
-        let slot = slot_for(deadline, level);
         // The slot's start: the deadline without its digits below `level`.
         self.horizon = self
             .horizon
@@ -605,9 +757,20 @@ impl<T> Wheel<T> {
     /// Counts a timer of `deadline` out of its slot: its entry has already been vacated or
     /// pointed elsewhere, so its item there is garbage now. Frees the slot if that was its
     /// last live timer, and compacts it if garbage outgrows the bound.
+    ///
+    /// Returns `true` if the earliest slot may have changed or gone stale (the slot emptied,
+    /// or its minimum was removed): only then does [`repair_front`](Self::repair_front) have
+    /// anything to do. Filing never makes the earliest slot stale.
     #[inline]
-    fn unfile(&mut self, deadline: Tick) {
-        let level = level_for(self.elapsed, deadline);
+    #[must_use]
+    fn unfile(&mut self, deadline: Tick) -> bool {
+        self.unfile_at(deadline, level_for(self.elapsed, deadline))
+    }
+
+    /// [`unfile`](Self::unfile) with the timer's level already known.
+    #[inline]
+    #[must_use]
+    fn unfile_at(&mut self, deadline: Tick, level: usize) -> bool {
         let slot = slot_for(deadline, level);
         let lvl = &mut self.levels[level];
         let chain = &mut lvl.chains[slot];
@@ -618,14 +781,16 @@ impl<T> Wheel<T> {
             if lvl.occupied.is_empty() {
                 self.nonempty &= !(1 << level);
             }
-            return;
+            return true;
         }
-        if deadline == lvl.min[slot] {
+        let stale = deadline == lvl.min[slot];
+        if stale {
             lvl.stale.set(slot);
         }
         if over_garbage_bound(chain.live, chain.garbage()) {
             self.compact(level, slot);
         }
+        stale
     }
 
     /// Hands out the first live timer of level-0 slot `slot` (its tick is the clock),
@@ -675,43 +840,100 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// Moves every live timer of `slot` at `level` (whose start the clock has reached) down
-    /// to the level its deadline now belongs to, keeping their order. Reads the slot's
-    /// chunks front to back and frees each one once read, so the slots below are filled
-    /// from the lines just freed.
-    fn cascade(&mut self, level: usize, slot: usize) {
-        let lvl = &mut self.levels[level];
-        let chain = lvl.chains[slot];
-        lvl.set_empty(slot);
-        if lvl.occupied.is_empty() {
-            self.nonempty &= !(1 << level);
+    /// Begins moving the timers of `slot` at `level` (the earliest slot; the clock has
+    /// reached its start) down to the levels their remaining time belongs to.
+    #[inline]
+    fn start_cascade(&mut self, level: usize, slot: usize) {
+        let lvl = &self.levels[level];
+        debug_assert!(!lvl.stale.get(slot), "cascading a stale slot");
+        debug_assert!(
+            self.nonempty & ((1 << level) - 1) == 0,
+            "levels below not empty"
+        );
+        self.cascade_min = lvl.min[slot];
+        self.cascade_level = level;
+        self.cascade_slot = slot;
+    }
+
+    /// Completes a cascade paused by [`poll_budgeted`](Self::poll_budgeted), if any.
+    fn finish_cascade(&mut self) {
+        if let Some((level, slot)) = self.cascading() {
+            let mut unbounded = usize::MAX;
+            let done = self.cascade_step(level, slot, &mut unbounded);
+            debug_assert!(done);
         }
-        let (mut chunk, mut word) = (chain.head, chain.start);
+    }
+
+    /// Before a timer due at `deadline` is removed or moved: if a cascade is paused and the
+    /// timer is in its window, its item may be in the slot or below; finish the cascade so
+    /// that it is below, where `unfile` looks for it.
+    #[inline]
+    fn settle_for(&mut self, deadline: Tick) {
+        if level_for(self.elapsed, deadline) < self.cascade_level {
+            self.finish_cascade();
+        }
+    }
+
+    /// The paused cascade's level and slot, if any.
+    #[inline]
+    fn cascading(&self) -> Option<(usize, usize)> {
+        (self.cascade_level != 0).then_some((self.cascade_level, self.cascade_slot))
+    }
+
+    /// Moves the timers of the cascading slot down, line by line from its head, until the
+    /// slot is empty (returns `true`, the cascade is over) or `budget` items have been read
+    /// (returns `false`; at least one line is moved per call). Each line is copied and
+    /// freed at once (the slots below refill it while it is hot), and the slot's counters
+    /// drop by what the line held, so the slot's chain is always exactly the items not
+    /// moved yet.
+    fn cascade_step(&mut self, level: usize, slot: usize, budget: &mut usize) -> bool {
+        let mut moved = false;
         loop {
+            let chain = self.levels[level].chains[slot];
+            if chain.live == 0 {
+                let lvl = &mut self.levels[level];
+                self.pool.free_chain(&mut lvl.chains[slot]);
+                lvl.set_empty(slot);
+                if lvl.occupied.is_empty() {
+                    self.nonempty &= !(1 << level);
+                }
+                self.cascade_level = 0;
+                return true;
+            }
+            if *budget == 0 && moved {
+                return false;
+            }
+            moved = true;
+            let (chunk, word) = (chain.head, chain.start);
             let last = chunk == chain.tail;
             let end = if last { chain.end } else { WORDS };
-            // Copy the line and free it at once: the slots below refill it while it is hot.
             let words = self.pool.chunks[chunk as usize].0;
-            self.pool.free_one(chunk);
-            // Two passes: first read every entry of the line (independent loads, so their
-            // cache misses overlap instead of waiting for each `file` in turn), then re-file
-            // the live ones.
+            // First read every entry of the line (independent loads, so their cache misses
+            // overlap instead of waiting for each `file` in turn), then re-file the live ones.
             let mut deadlines = [0; WORDS as usize];
             let live = gather_live(&self.entries, &words, chunk, word, end, &mut deadlines);
+            let c = &mut self.levels[level].chains[slot];
+            c.live -= live.count_ones();
+            c.items -= end - word;
+            if last {
+                debug_assert_eq!(c.live, 0, "live items past the tail");
+                *c = Chain::EMPTY;
+            } else {
+                c.head = words[0];
+                c.start = 1;
+            }
+            self.pool.free_one(chunk);
+            *budget = budget.saturating_sub((end - word) as usize);
             for word in word..end {
                 if live & (1 << word) != 0 {
                     let deadline = deadlines[(word & (WORDS - 1)) as usize];
-                    debug_assert!(level_for(self.elapsed, deadline) < level);
+                    let to = level_for(self.elapsed, deadline);
+                    debug_assert!(to < level);
                     let index = words[(word & (WORDS - 1)) as usize];
-                    let pos = self.file(index, deadline);
+                    let pos = self.file_in(index, deadline, to, slot_for(deadline, to));
                     self.set_pos(index, pos);
                 }
             }
-            if last {
-                break;
-            }
-            chunk = words[0];
-            word = 1;
         }
     }
 
@@ -724,7 +946,7 @@ impl<T> Wheel<T> {
     /// (O(k log k)), after which removing its minimums in order is O(1).
     #[inline]
     fn repair_front(&mut self) {
-        if self.nonempty & 1 != 0 {
+        if self.nonempty & 1 != 0 || self.cascade_level != 0 {
             return; // a level-0 slot is one tick: always exact
         }
         let Some((level, slot)) = self.front() else {
@@ -969,6 +1191,7 @@ impl<T> Wheel<T> {
             level.clear();
         }
         self.pool.clear();
+        self.cascade_level = 0;
         self.nonempty = 0;
         self.horizon = Tick::MAX;
         self.free = NIL;

@@ -327,3 +327,123 @@ fn crowded_slots_with_garbage_match_a_model() {
         }
     }
 }
+
+/// A budgeted poll hands out exactly what `poll` does, in the same order, while inserts,
+/// removals and resets (inside and outside the window being cascaded) land between its
+/// pauses; each call moves a bounded number of timers; and a zero budget still progresses.
+#[test]
+fn budgeted_polls_pause_and_agree_with_poll() {
+    use tickwheel_core::Step;
+    let mut rng = 0x2545_f491_u64;
+    let mut next = move |below: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % below
+    };
+    let mut budgeted: Wheel<u64> = Wheel::new();
+    let mut keys = Vec::new();
+    for v in 0..20_000 {
+        // Level-1 slots (ticks 256..1024) and a few level-2 timers.
+        let d = if v % 10 == 0 {
+            70_000 + next(1_000)
+        } else {
+            256 + next(768)
+        };
+        keys.push(budgeted.insert(d, v));
+    }
+    let mut plain = budgeted.clone();
+    let mut plain_keys = keys.clone();
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    let (mut pauses, mut v) = (0, 20_000);
+    let mut now = 0;
+    while now < 80_000 {
+        now += 1 + next(40);
+        loop {
+            let budget = next(50) as usize;
+            let before = budgeted.next_deadline();
+            match budgeted.poll_budgeted(now, budget) {
+                Step::Fired(_, value) => got.push((budgeted.now(), value)),
+                Step::Idle => break,
+                Step::Paused => {
+                    pauses += 1;
+                    assert!(budgeted.now() <= now);
+                    assert_eq!(budgeted.next_deadline(), before, "exact while paused");
+                    assert!(before.is_some_and(|d| d >= budgeted.now()), "never early");
+                    // The same operation on both wheels; `plain` fires what is due before the
+                    // window being cascaded (`budgeted` handed those out already).
+                    let before_window = budgeted.now().saturating_sub(1);
+                    while let Some((_, value)) = plain.poll(before_window) {
+                        want.push((plain.now(), value));
+                    }
+                    let i = next(keys.len() as u64) as usize;
+                    match next(4) {
+                        0 => {
+                            let d = budgeted.now() + next(600);
+                            keys.push(budgeted.insert(d, v));
+                            plain_keys.push(plain.insert(d, v));
+                            v += 1;
+                        }
+                        1 => assert_eq!(budgeted.remove(keys[i]), plain.remove(plain_keys[i])),
+                        2 => {
+                            let d = budgeted.now() + next(2_000);
+                            assert_eq!(budgeted.reset(keys[i], d), plain.reset(plain_keys[i], d));
+                        }
+                        _ => {}
+                    }
+                    assert_eq!(budgeted.len(), plain.len());
+                }
+            }
+        }
+        while let Some((_, value)) = plain.poll(now) {
+            want.push((plain.now(), value));
+        }
+        assert_eq!(got, want, "up to {now}");
+    }
+    assert!(budgeted.is_empty() && plain.is_empty());
+    assert!(pauses > 50, "only {pauses} pauses");
+
+    // A budget of 0 still moves one line per call: a long cascade ends.
+    let mut wheel: Wheel<u64> = (0..1_000).map(|i| (300 + i % 7, i)).collect();
+    let mut calls = 0;
+    while !matches!(wheel.poll_budgeted(1_000, 0), Step::Idle) {
+        calls += 1;
+        assert!(calls < 2_000, "no progress");
+    }
+    assert!(wheel.is_empty());
+}
+
+/// Found by the fuzzer: a budget spent on one cascade must not move the clock to the start
+/// of the next slot to cascade before that cascade begins (its timers would then not be
+/// where their deadlines say, and removing one underflowed a counter).
+#[test]
+fn a_spent_budget_does_not_move_the_clock_past_an_uncascaded_slot() {
+    use tickwheel_core::Step;
+    let mut wheel = Wheel::new();
+    // Level 2, slot 1 (ticks 65536..131072): one line, cascading to level-1 slot 273.
+    let keys: Vec<_> = (0..10u64).map(|i| wheel.insert(70_000 + i, i)).collect();
+    // Budget 1: the level-2 cascade spends it, and the call reaches the level-1 slot next.
+    assert_eq!(wheel.poll_budgeted(200_000, 1), Step::Paused);
+    assert!(wheel.now() <= 70_000);
+    assert_eq!(wheel.next_deadline(), Some(70_000));
+    // Removing, resetting and inserting while paused find the timers where they are.
+    assert_eq!(wheel.remove(keys[3]), Some(3));
+    assert!(wheel.reset(keys[4], 70_100));
+    wheel.insert(70_050, 10);
+    let mut fired = Vec::new();
+    loop {
+        match wheel.poll_budgeted(200_000, 1) {
+            Step::Fired(_, v) => fired.push((wheel.now(), v)),
+            Step::Paused => {}
+            Step::Idle => break,
+        }
+    }
+    assert!(wheel.is_empty());
+    let mut want: Vec<(u64, u64)> = [0, 1, 2, 5, 6, 7, 8, 9]
+        .iter()
+        .map(|&i| (70_000 + i, i))
+        .collect();
+    want.push((70_050, 10));
+    want.push((70_100, 4));
+    assert_eq!(fired, want);
+}

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
-use tickwheel_core::{TimerKey, Wheel};
+use tickwheel_core::{Step, TimerKey, Wheel};
 
 /// One step of a test run. Keys are named by `pick`, an index (modulo the number issued) into
 /// the list of every key issued so far, fired and removed ones included, so stale keys are
@@ -35,6 +35,9 @@ pub enum WheelOp {
     /// One single `poll(now() + delta)` call, leaving the round unfinished, so inserts and
     /// removals land between two polls of one round.
     PollOnce(u64),
+    /// One single `poll_budgeted(now() + delta, budget)` call: with a small budget a cascade
+    /// pauses, and the operations after it land while it is paused.
+    PollBudgeted(u64, usize),
     /// A key the wheel never issued (a forged or foreign key) must be inert.
     Forged(u64),
     /// Compare the whole pending set through `iter()`.
@@ -178,6 +181,33 @@ pub fn run_wheel_ops(start: u64, ops: &[WheelOp]) -> Result<(), String> {
                 let want = model.poll(now);
                 compare_poll(got, want, &keys, now).map_err(fail)?;
             }
+            WheelOp::PollBudgeted(delta, budget) => {
+                let now = model.now.saturating_add(delta);
+                match wheel.poll_budgeted(now, budget) {
+                    Step::Fired(key, value) => {
+                        compare_poll(Some((key, value)), model.poll(now), &keys, now)
+                            .map_err(fail)?;
+                    }
+                    Step::Idle => compare_poll(None, model.poll(now), &keys, now).map_err(fail)?,
+                    Step::Paused => {
+                        // The clock may move up to the start of the window being cascaded,
+                        // never past `now`, and never past a pending deadline.
+                        let clock = wheel.now();
+                        if clock < model.now || clock > now {
+                            return Err(fail(format!(
+                                "paused with clock {clock}, model {}, now {now}",
+                                model.now
+                            )));
+                        }
+                        if let Some(due) = model.next_deadline().filter(|&d| d < clock) {
+                            return Err(fail(format!(
+                                "paused with clock {clock} past a timer due at {due}"
+                            )));
+                        }
+                        model.now = clock;
+                    }
+                }
+            }
             WheelOp::Forged(raw) => {
                 let key = TimerKey::from_u64(raw);
                 if keys.contains(&key) {
@@ -312,7 +342,8 @@ pub fn decode_wheel_ops(bytes: &[u8]) -> (u64, Vec<WheelOp>) {
             8 => WheelOp::ResetAt(pick, input.absolute()),
             9 | 10 => WheelOp::Advance(input.delta()),
             11 => WheelOp::AdvanceTo(input.absolute()),
-            12 => WheelOp::PollOnce(input.delta()),
+            12 if pick % 2 == 0 => WheelOp::PollOnce(input.delta()),
+            12 => WheelOp::PollBudgeted(input.delta(), usize::from(input.byte() % 48)),
             13 => WheelOp::Forged(input.u64()),
             14 => WheelOp::Check,
             _ => match pick % 8 {

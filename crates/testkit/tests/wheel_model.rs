@@ -35,10 +35,27 @@ fn op_strategy() -> impl Strategy<Value = WheelOp> {
         3 => delta_strategy().prop_map(WheelOp::Advance),
         1 => absolute_strategy().prop_map(WheelOp::AdvanceTo),
         2 => (0u64..100).prop_map(WheelOp::PollOnce),
+        2 => (0u64..600, 0usize..40).prop_map(|(d, b)| WheelOp::PollBudgeted(d, b)),
         1 => any::<u64>().prop_map(WheelOp::Forged),
         1 => Just(WheelOp::Check),
         1 => Just(WheelOp::Shrink),
         1 => prop_oneof![9 => Just(WheelOp::Check), 1 => Just(WheelOp::Clear)],
+    ]
+}
+
+/// Mostly inserts into a few level-1 and level-2 slots, and budgeted polls.
+fn crowded_op_strategy() -> impl Strategy<Value = WheelOp> {
+    let pick = any::<usize>();
+    prop_oneof![
+        30 => (0u64..1_200).prop_map(WheelOp::InsertIn),
+        1 => (60_000u64..140_000).prop_map(WheelOp::InsertIn),
+        2 => pick.prop_map(WheelOp::Remove),
+        2 => (pick, 0u64..1_200).prop_map(|(p, d)| WheelOp::Reset(p, d)),
+        8 => (0u64..40, 0usize..8).prop_map(|(d, b)| WheelOp::PollBudgeted(d, b)),
+        1 => (0u64..20).prop_map(WheelOp::PollOnce),
+        1 => (0u64..100).prop_map(WheelOp::Advance),
+        1 => Just(WheelOp::Check),
+        1 => prop_oneof![4 => Just(WheelOp::Shrink), 1 => Just(WheelOp::Clear)],
     ]
 }
 
@@ -55,6 +72,17 @@ proptest! {
 
     #[test]
     fn wheel_matches_model(start in start_strategy(), ops in prop::collection::vec(op_strategy(), 0..300)) {
+        run_wheel_ops(start, &ops).map_err(TestCaseError::fail)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Crowded higher-level slots polled with small budgets: cascades pause, and inserts,
+    /// removals and resets (inside and outside the window being cascaded) land in between.
+    #[test]
+    fn budgeted_polls_match_model(start in start_strategy(), ops in prop::collection::vec(crowded_op_strategy(), 100..500)) {
         run_wheel_ops(start, &ops).map_err(TestCaseError::fail)?;
     }
 }

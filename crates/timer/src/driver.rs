@@ -187,6 +187,7 @@ impl Inner {
     }
 
     /// Runs `f` on shard `i` under its lock (and publishes its pending count).
+    #[inline]
     pub(crate) fn with_shard<R>(&self, i: usize, f: impl FnOnce(&mut Shard) -> R) -> R {
         let cell = &self.shards[i];
         let mut shard = cell.lock.lock();
@@ -349,8 +350,11 @@ impl Inner {
                     break shard_next;
                 }
                 // A burst: start the workers on this chunk while we take the next one (and
-                // let producers and finishing workers have the lock in between).
-                self.fire(&mut due);
+                // let producers and finishing workers have the lock in between). `more` also
+                // comes from a paused cascade (`Shard::take_due`), possibly with nothing taken.
+                if !due.fires.is_empty() || !due.wakers.is_empty() {
+                    self.fire(&mut due);
+                }
             };
             next = min_tick(next, shard_next);
             sources += usize::from(due.fires.len() + due.wakers.len() > before);

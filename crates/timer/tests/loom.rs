@@ -362,3 +362,70 @@ fn stale_state_vs_reuse_and_fire() {
         assert_eq!(timer.pending(), 0);
     });
 }
+
+/// A burst whose timers share one higher-level wheel slot: the driver moves them down in
+/// several lock holds (`poll_budgeted` pauses; under loom after each line of 15 timers),
+/// releasing the shard lock in between. Meanwhile another thread cancels one of them (in
+/// the window being moved down: the wheel finishes the cascade for it) and schedules a new
+/// one due in the same window. Every timer runs exactly once or is cancelled, none early,
+/// and the new one runs too.
+#[test]
+fn cancel_and_schedule_during_a_paused_cascade() {
+    use std::sync::atomic::AtomicUsize as StdCount;
+    const BURST: usize = 20; // two lines: the cascade pauses once
+    model(|| {
+        let (timer, clock) = manual_timer();
+        let ran = Arc::new(StdCount::new(0));
+        let handles: Vec<_> = (0..BURST)
+            .map(|_| {
+                let ran = Arc::clone(&ran);
+                timer
+                    .schedule(Duration::from_millis(300), move || {
+                        ran.fetch_add(1, SeqCst);
+                    })
+                    .expect("schedule")
+            })
+            .collect();
+        clock.advance(Duration::from_millis(300));
+        let victim = handles[BURST / 2];
+        let late = Arc::new(StdCount::new(0));
+        let other = {
+            let (timer, late) = (timer.clone(), Arc::clone(&late));
+            thread::spawn(move || {
+                let cancelled = timer.cancel(victim);
+                // A cancel fails only once the timer has fired. (Checked now: the late
+                // timer below may reuse the victim's wheel entry, after which the victim's
+                // handle reports `Unknown`.)
+                let expected = if cancelled {
+                    TaskState::Cancelled
+                } else {
+                    TaskState::Done
+                };
+                assert_eq!(timer.state(victim), expected);
+                timer
+                    .schedule(Duration::ZERO, move || {
+                        late.fetch_add(1, SeqCst);
+                    })
+                    .expect("schedule during the cascade");
+                cancelled
+            })
+        };
+        timer.__turn();
+        let cancelled = other.join().expect("other thread");
+        timer.__turn();
+        let ran = ran.load(SeqCst);
+        assert_eq!(
+            ran + usize::from(cancelled),
+            BURST,
+            "ran {ran}, cancelled {cancelled}"
+        );
+        assert_eq!(
+            late.load(SeqCst),
+            1,
+            "the timer scheduled meanwhile ran once"
+        );
+        assert!(!timer.cancel(victim), "nothing left to cancel");
+        assert_eq!(timer.pending(), 0);
+        assert!(timer.stop().is_empty());
+    });
+}
