@@ -342,7 +342,7 @@ pub fn decode_wheel_ops(bytes: &[u8]) -> (u64, Vec<WheelOp>) {
             8 => WheelOp::ResetAt(pick, input.absolute()),
             9 | 10 => WheelOp::Advance(input.delta()),
             11 => WheelOp::AdvanceTo(input.absolute()),
-            12 if pick % 2 == 0 => WheelOp::PollOnce(input.delta()),
+            12 if pick.is_multiple_of(2) => WheelOp::PollOnce(input.delta()),
             12 => WheelOp::PollBudgeted(input.delta(), usize::from(input.byte() % 48)),
             13 => WheelOp::Forged(input.u64()),
             14 => WheelOp::Check,
