@@ -214,7 +214,14 @@ impl Server {
         let recovered = opened.recovered;
         let adopted = cluster::foreign_ids(&recovered);
         let store: Arc<dyn Store> = opened.store.clone();
-        let (engine, recovered_jobs) = start_engine(&*store, recovered, engine_config, now)?;
+        // The PostgreSQL client blocks on its own runtime: read the far jobs' keys and due
+        // times on a plain thread, as `cluster::open` does, never on a caller's runtime.
+        let (engine, recovered_jobs) = std::thread::scope(|scope| {
+            scope
+                .spawn(|| start_engine(&*store, recovered, engine_config, now))
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("the PostgreSQL start-up thread panicked")))
+        })?;
         let shared = Shared::new(engine, store, config.clock.clone())
             .context("cannot start the commit and timer threads")?;
         shared
