@@ -45,8 +45,8 @@ use anyhow::Context as _;
 pub use tickwheel::{Clock, ManualClock, SystemClock};
 use tickwheel_pg::{ActiveLock, PgStore};
 pub use tickwheel_pg::{PgOptions, SchemaName};
-use tickwheel_queue::{Engine, JobId, TubeName};
-use tickwheel_store::{DiskOptions, DiskStore, Durability, MemStore, Store, StoreError};
+use tickwheel_queue::{DurableState, Engine, JobId};
+use tickwheel_store::{DiskOptions, DiskStore, Durability, MemStore, Store};
 use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -139,13 +139,17 @@ impl Listener {
     }
 }
 
+/// A PostgreSQL node's parts the watcher thread takes at `run`: the store, the active-node
+/// lock, and the foreign ids already in the engine.
+type PgNode = (Arc<PgStore>, ActiveLock, HashSet<JobId>);
+
 /// A server with its jobs recovered, ready to [`run`](Server::run).
 pub struct Server {
     shared: Arc<Shared>,
     max_job_size: usize,
     recovered_jobs: usize,
     /// On PostgreSQL: what the watcher thread needs once the server runs.
-    postgres: Option<(Arc<PgStore>, ActiveLock, HashSet<JobId>)>,
+    postgres: Option<PgNode>,
 }
 
 impl Server {
@@ -186,6 +190,19 @@ impl Server {
             .recover(engine_config.window_end_at(now))
             .context("cannot recover the stored jobs")?;
         let (engine, recovered_jobs) = start_engine(&*store, recovered, engine_config, now)?;
+        Server::assemble(config, engine, store, recovered_jobs, started, None)
+    }
+
+    /// The server around a recovered engine: the commit and timer threads started, the
+    /// recovery time in the metrics.
+    fn assemble(
+        config: &Config,
+        engine: Engine,
+        store: Arc<dyn Store>,
+        recovered_jobs: usize,
+        started: std::time::Instant,
+        postgres: Option<PgNode>,
+    ) -> anyhow::Result<Server> {
         let shared = Shared::new(engine, store, config.clock.clone())
             .context("cannot start the commit and timer threads")?;
         shared
@@ -195,7 +212,7 @@ impl Server {
             shared: Arc::new(shared),
             max_job_size: config.max_job_size,
             recovered_jobs,
-            postgres: None,
+            postgres,
         })
     }
 
@@ -222,17 +239,8 @@ impl Server {
                 .join()
                 .unwrap_or_else(|_| Err(anyhow::anyhow!("the PostgreSQL start-up thread panicked")))
         })?;
-        let shared = Shared::new(engine, store, config.clock.clone())
-            .context("cannot start the commit and timer threads")?;
-        shared
-            .metrics
-            .set_recovery_seconds(started.elapsed().as_secs_f64());
-        Ok(Server {
-            shared: Arc::new(shared),
-            max_job_size: config.max_job_size,
-            recovered_jobs,
-            postgres: Some((opened.store, opened.lock, adopted)),
-        })
+        let postgres = Some((opened.store, opened.lock, adopted));
+        Server::assemble(config, engine, store, recovered_jobs, started, postgres)
     }
 
     /// Lets `http` serve this server's API (until then it answers `503 not_ready`, and
@@ -338,12 +346,6 @@ fn start_engine(
     let far_jobs: u64 = recovered.far_delayed.iter().map(|(_, n)| n).sum();
     let recovered_jobs = recovered.resident.len() + far_jobs as usize;
     let window_end = engine_config.window_end_at(now);
-    let far_keys = if far_jobs > 0 {
-        far_keys(store, window_end)
-            .context("cannot read the idempotency keys of the stored far-future jobs")?
-    } else {
-        Vec::new()
-    };
     let mut engine = Engine::recover_windowed(
         engine_config,
         now,
@@ -352,67 +354,23 @@ fn start_engine(
         recovered.far_delayed,
     );
     if far_jobs > 0 {
-        // The due timeline counts far jobs too: one paged read of the due index.
+        // One paged read of the far jobs, which stay on disk: their due times go into the
+        // timeline, their idempotency keys into the engine's `(tube, key) → id` map (so a put
+        // finds a job due next month by its key without a store read).
+        let mut keys = Vec::new();
         store
-            .for_each_due(window_end, &mut |tube, until| {
-                engine.note_far_due(tube, until);
+            .for_each_due(window_end, &mut |r| {
+                if let DurableState::Delayed { until } = r.state {
+                    engine.note_far_due(&r.tube, until);
+                }
+                if let Some(key) = &r.idempotency_key {
+                    keys.push((r.tube.clone(), key.clone(), r.id));
+                }
             })
-            .context("cannot read the due index of far-future jobs")?;
+            .context("cannot read the far-future jobs' due times and idempotency keys")?;
+        engine.add_far_keys(keys);
     }
-    engine.add_far_keys(far_keys);
     Ok((engine, recovered_jobs))
-}
-
-/// The idempotency keys of the far-future delayed jobs (due at or after `from`), which stay
-/// on disk: the engine keeps a `(tube, key) → id` map of every live keyed job, so a put can
-/// find a job due next month by its key without a store read. Read page by page through the
-/// store's due-time index, keeping only the keys (bodies are dropped page by page).
-fn far_keys(store: &dyn Store, from: u64) -> Result<Vec<(TubeName, String, JobId)>, StoreError> {
-    far_keys_paged(store, from, 4096)
-}
-
-fn far_keys_paged(
-    store: &dyn Store,
-    from: u64,
-    page_len: usize,
-) -> Result<Vec<(TubeName, String, JobId)>, StoreError> {
-    let mut keys = Vec::new();
-    let mut from = from;
-    // The last (until, id) taken: a page starts at its `until` again, so skip up to it.
-    let mut last: Option<(u64, JobId)> = None;
-    loop {
-        let page = store.delayed_between(from, u64::MAX, page_len)?;
-        let full = page.len() == page_len;
-        let until_of = |r: &tickwheel_queue::JobRecord| match r.state {
-            tickwheel_queue::DurableState::Delayed { until } => until,
-            _ => 0,
-        };
-        let (first, end) = match (page.first(), page.last()) {
-            (Some(f), Some(l)) => (until_of(f), until_of(l)),
-            _ => return Ok(keys),
-        };
-        let same_ms = full && first == end;
-        let page = if same_ms {
-            // More than a page due in one millisecond: read that millisecond whole.
-            store.delayed_between(first, first.saturating_add(1), usize::MAX)?
-        } else {
-            page
-        };
-        for r in page {
-            let at = (until_of(&r), r.id);
-            if last.is_some_and(|l| at <= l) {
-                continue;
-            }
-            last = Some(at);
-            if let Some(key) = r.idempotency_key {
-                keys.push((r.tube, key, r.id));
-            }
-        }
-        if !full || end == u64::MAX {
-            return Ok(keys);
-        }
-        from = if same_ms { first + 1 } else { end };
-    }
 }
 
 enum Stream {
@@ -424,59 +382,5 @@ async fn accept(listener: &Listener) -> std::io::Result<Stream> {
     match listener {
         Listener::Tcp(l) => l.accept().await.map(|(s, _)| Stream::Tcp(s)),
         Listener::Unix(l) => l.accept().await.map(|(s, _)| Stream::Unix(s)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use bytes::Bytes;
-    use tickwheel_queue::{Change, DurableState, JobRecord};
-
-    #[test]
-    fn far_keys_are_read_whole_across_pages_and_crowded_milliseconds() {
-        let store = MemStore::new();
-        let tube = TubeName::new("t").expect("valid");
-        // Due times with many jobs in one millisecond (more than a page), some keyed.
-        let mut batch = Vec::new();
-        let mut expected = Vec::new();
-        for id in 1..=40u64 {
-            let until = match id {
-                1..=10 => 5_000,
-                11..=30 => 6_000 + id % 3,
-                _ => 9_000 + id,
-            };
-            let key = (id % 2 == 0).then(|| format!("k{id}"));
-            if let Some(k) = &key {
-                expected.push((tube.clone(), k.clone(), id));
-            }
-            batch.push(Change::Put(JobRecord {
-                id,
-                tube: tube.clone(),
-                priority: 0,
-                ttr: 1_000,
-                state: DurableState::Delayed { until },
-                created: 0,
-                body: Bytes::new(),
-                idempotency_key: key,
-            }));
-        }
-        // Before the window end: not far, not read.
-        batch.push(Change::Put(JobRecord {
-            id: 41,
-            tube: tube.clone(),
-            priority: 0,
-            ttr: 1_000,
-            state: DurableState::Delayed { until: 10 },
-            created: 0,
-            body: Bytes::new(),
-            idempotency_key: Some("near".into()),
-        }));
-        store.commit(&batch).expect("commit");
-        for page in [1, 2, 3, 7, 40, 1000] {
-            let mut keys = far_keys_paged(&store, 1_000, page).expect("read");
-            keys.sort_by_key(|k| k.2);
-            assert_eq!(keys, expected, "page of {page}");
-        }
     }
 }

@@ -1,7 +1,7 @@
-//! Reading the due-time index in pages: what a server needs at start-up to count far-future
-//! jobs (which stay on disk) in the engine's due timeline.
+//! Reading the due-time index in pages: what a server needs at start-up about the far-future
+//! jobs (which stay on disk): their due times for the timeline, their idempotency keys.
 
-use tickwheel_queue::{DurableState, JobId, TubeName};
+use tickwheel_queue::{DurableState, JobId, JobRecord};
 
 use crate::{Store, StoreError};
 
@@ -13,7 +13,7 @@ pub(crate) const PAGE: usize = 4096;
 pub(crate) fn for_each_due<S: Store + ?Sized>(
     store: &S,
     from_ms: u64,
-    f: &mut dyn FnMut(&TubeName, u64),
+    f: &mut dyn FnMut(&JobRecord),
     page: usize,
 ) -> Result<(), StoreError> {
     let mut from = from_ms;
@@ -31,7 +31,7 @@ pub(crate) fn for_each_due<S: Store + ?Sized>(
             if last.is_some_and(|l| (until, r.id) <= l) {
                 continue;
             }
-            f(&r.tube, until);
+            f(r);
             last = Some((until, r.id));
             fresh += 1;
         }
@@ -51,7 +51,7 @@ pub(crate) fn for_each_due<S: Store + ?Sized>(
 mod tests {
     use bytes::Bytes;
     use proptest::prelude::*;
-    use tickwheel_queue::{Change, JobRecord};
+    use tickwheel_queue::{Change, TubeName};
 
     use super::*;
     use crate::MemStore;
@@ -81,14 +81,29 @@ mod tests {
                         state: DurableState::Delayed { until },
                         created: 0,
                         body: Bytes::new(),
-                        idempotency_key: None,
+                        // Every third job keyed: keys come whole with their records.
+                        idempotency_key: (i % 3 == 0).then(|| format!("k{i}")),
                     })
                 })
                 .collect();
             store.commit(&batch).expect("commit");
             let mut seen = Vec::new();
-            for_each_due(&store, from, &mut |_, until| seen.push(until), page).expect("read");
-            let mut want: Vec<u64> = dues.iter().copied().filter(|&d| d >= from).collect();
+            for_each_due(
+                &store,
+                from,
+                &mut |r| {
+                    let DurableState::Delayed { until } = r.state else { unreachable!() };
+                    seen.push((until, r.id, r.idempotency_key.clone()));
+                },
+                page,
+            )
+            .expect("read");
+            let mut want: Vec<(u64, JobId, Option<String>)> = dues
+                .iter()
+                .enumerate()
+                .filter(|&(_, &d)| d >= from)
+                .map(|(i, &d)| (d, i as u64 + 1, (i % 3 == 0).then(|| format!("k{i}"))))
+                .collect();
             want.sort_unstable();
             prop_assert_eq!(seen, want);
         }

@@ -167,20 +167,16 @@ pub trait Store: Send + Sync {
         limit: usize,
     ) -> Result<Vec<JobRecord>, StoreError>;
 
-    /// Calls `f(tube, until_ms)` for every delayed job with `from_ms <= until_ms < u64::MAX`,
-    /// in `(until_ms, id)` order: a server counts the far-future jobs it did not load
-    /// ([`Recovered::far_delayed`]) in its due timeline with it, once, at start-up. The
-    /// default reads [`delayed_between`](Self::delayed_between) in pages of 4096 records, so
-    /// memory stays bounded; it costs one read of every such job.
+    /// Calls `f(record)` for every delayed job with `from_ms <= until_ms < u64::MAX`, in
+    /// `(until_ms, id)` order, each once: at start-up a server counts the far-future jobs it did
+    /// not load ([`Recovered::far_delayed`]) in its due timeline and keeps their idempotency
+    /// keys, in this one pass. The default reads [`delayed_between`](Self::delayed_between)
+    /// in pages of 4096 records, so memory stays bounded; it costs one read of every such job.
     ///
     /// # Errors
     ///
     /// As [`delayed_between`](Self::delayed_between).
-    fn for_each_due(
-        &self,
-        from_ms: u64,
-        f: &mut dyn FnMut(&TubeName, u64),
-    ) -> Result<(), StoreError> {
+    fn for_each_due(&self, from_ms: u64, f: &mut dyn FnMut(&JobRecord)) -> Result<(), StoreError> {
         due::for_each_due(self, from_ms, f, due::PAGE)
     }
 }

@@ -10,7 +10,8 @@ use base64::Engine as _;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tickwheel_queue::{
-    ClientId, Engine, Error as EngineError, JobDetail, JobId, JobState, NewJob, MAX_IDEMPOTENCY_KEY,
+    ClientId, Engine, Error as EngineError, JobDetail, JobId, JobState, Millis, NewJob,
+    MAX_IDEMPOTENCY_KEY,
 };
 use utoipa::ToSchema;
 
@@ -355,20 +356,7 @@ pub(crate) async fn kick(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Job>, ApiError> {
-    let id = id_param(id)?;
-    let shared = state.shared()?;
-    writable(shared, 256)?;
-    let (ticket, outcome) = with_loads(shared, |engine, now, _| {
-        Ok(match engine.kick_job(now, id) {
-            Ok(()) => Ok(()),
-            Err(EngineError::NeedsLoad(l)) => return Err(EngineError::NeedsLoad(l)),
-            Err(_) => Err(engine.job_state(id)),
-        })
-    })
-    .await?;
-    outcome.map_err(|state| conflict(state, "kick"))?;
-    durable(shared, &ticket).await?;
-    detail(&state, id).await
+    change_state(&state, id_param(id)?, "kick", Engine::kick_job).await
 }
 
 /// Buries a ready or delayed job (an operator's dead-lettering; beanstalkd's `bury` is the
@@ -386,20 +374,30 @@ pub(crate) async fn bury(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Job>, ApiError> {
-    let id = id_param(id)?;
+    change_state(&state, id_param(id)?, "bury", Engine::bury_job).await
+}
+
+/// An operator's state change of one job (kick, bury): durable before the answer, which is
+/// the job as it now is; a job in a state the change does not apply to is a 409.
+async fn change_state(
+    state: &AppState,
+    id: JobId,
+    verb: &'static str,
+    op: fn(&mut Engine, Millis, JobId) -> Result<(), EngineError>,
+) -> Result<Json<Job>, ApiError> {
     let shared = state.shared()?;
     writable(shared, 256)?;
     let (ticket, outcome) = with_loads(shared, |engine, now, _| {
-        Ok(match engine.bury_job(now, id) {
+        Ok(match op(engine, now, id) {
             Ok(()) => Ok(()),
             Err(EngineError::NeedsLoad(l)) => return Err(EngineError::NeedsLoad(l)),
             Err(_) => Err(engine.job_state(id)),
         })
     })
     .await?;
-    outcome.map_err(|state| conflict(state, "bury"))?;
+    outcome.map_err(|state| conflict(state, verb))?;
     durable(shared, &ticket).await?;
-    detail(&state, id).await
+    detail(state, id).await
 }
 
 fn key_params(
