@@ -32,10 +32,10 @@ for p in json.load(sys.stdin)["packages"]:
 done
 
 step "cargo package (build each .crate on its own)"
-# cargo verifies each .crate against the others through a temporary local registry whose
-# sources it unpacks under $CARGO_HOME/registry/src/-<hash>/ and never re-extracts for the same
-# name and version: on a machine that ran this before, our crates' old sources (same 0.1.0)
-# would be built instead of this checkout's. Drop those extracts first (a fresh machine has none).
-rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/tickwheel-*
+# cargo verifies each .crate against the others through a temporary local registry, building
+# them in target/package/; it treats registry crates as immutable, so on a machine that ran this
+# before it reuses the old build of our own crates (same name, same 0.1.0) instead of building
+# this checkout's. Start from an empty target/package (a fresh machine has none).
+rm -rf "${CARGO_TARGET_DIR:-target}/package"
 # --allow-dirty: this checks that the crates package, whatever the state of the work tree.
 cargo package --workspace "${EXCLUDE[@]}" --locked --offline --allow-dirty
