@@ -32,10 +32,11 @@ for p in json.load(sys.stdin)["packages"]:
 done
 
 step "cargo package (build each .crate on its own)"
-# cargo verifies each .crate against the others through a temporary local registry, building
-# them in target/package/; it treats registry crates as immutable, so on a machine that ran this
-# before it reuses the old build of our own crates (same name, same 0.1.0) instead of building
-# this checkout's. Start from an empty target/package (a fresh machine has none).
-rm -rf "${CARGO_TARGET_DIR:-target}/package"
+# cargo verifies each .crate against the others through a temporary local registry and treats
+# registry crates as immutable: in a target directory that verified an earlier checkout, it
+# reuses the old build of our own crates (same name, same 0.1.0). Verify in a target directory
+# of its own, emptied first (it costs one more build of the dependencies, ~3 min here).
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/package-verify"
+rm -rf "$CARGO_TARGET_DIR"
 # --allow-dirty: this checks that the crates package, whatever the state of the work tree.
 cargo package --workspace "${EXCLUDE[@]}" --locked --offline --allow-dirty
