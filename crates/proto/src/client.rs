@@ -30,7 +30,7 @@
 use std::fmt;
 
 use bytes::{Buf, BytesMut};
-use tickwheel_queue::TubeName;
+use tickwheel_tube::TubeName;
 
 use crate::decoder::{ErrorReply, MAX_LINE};
 use crate::reply::Reply;

@@ -2,7 +2,7 @@
 //! and tests).
 
 use bytes::{BufMut, Bytes, BytesMut};
-use tickwheel_queue::TubeName;
+use tickwheel_tube::TubeName;
 
 /// A client command. `Put` carries its body; everything else is one line.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use tickwheel_queue::TubeName;
+use tickwheel_tube::TubeName;
 
 use crate::decoder::ErrorReply;
 

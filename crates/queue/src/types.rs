@@ -5,6 +5,8 @@ use core::fmt;
 
 use bytes::Bytes;
 
+pub use tickwheel_tube::{BadTubeName, TubeName, MAX_TUBE_NAME};
+
 /// A job id: unique for the life of the data directory, never reused.
 pub type JobId = u64;
 
@@ -249,84 +251,3 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
-
-/// A tube name: 1 to 200 bytes of `A-Z a-z 0-9 - + / ; . $ _ ( )`, not starting with `-`
-/// (beanstalkd's rule).
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TubeName(String);
-
-/// The longest tube name, in bytes.
-pub const MAX_TUBE_NAME: usize = 200;
-
-impl TubeName {
-    /// Checks `name` against beanstalkd's rule.
-    ///
-    /// # Errors
-    ///
-    /// [`BadTubeName`] if it is empty, longer than 200 bytes, starts with `-` or has a byte
-    /// outside the allowed set.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tickwheel_queue::TubeName;
-    /// assert!(TubeName::new("emails.high-priority").is_ok());
-    /// assert!(TubeName::new("-no").is_err());
-    /// assert!(TubeName::new("with space").is_err());
-    /// ```
-    pub fn new(name: &str) -> Result<TubeName, BadTubeName> {
-        let ok_byte = |b: u8| {
-            b.is_ascii_alphanumeric()
-                || matches!(
-                    b,
-                    b'-' | b'+' | b'/' | b';' | b'.' | b'$' | b'_' | b'(' | b')'
-                )
-        };
-        if name.is_empty()
-            || name.len() > MAX_TUBE_NAME
-            || name.starts_with('-')
-            || !name.bytes().all(ok_byte)
-        {
-            return Err(BadTubeName);
-        }
-        Ok(TubeName(name.to_owned()))
-    }
-
-    /// The name.
-    #[must_use]
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// The tube every client uses and watches when it connects.
-    #[must_use]
-    pub fn default_tube() -> TubeName {
-        TubeName("default".to_owned())
-    }
-}
-
-impl fmt::Debug for TubeName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-impl fmt::Display for TubeName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// A tube name broke beanstalkd's naming rule (`BAD_FORMAT`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BadTubeName;
-
-impl fmt::Display for BadTubeName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(
-            "a tube name is 1 to 200 bytes of A-Z a-z 0-9 - + / ; . $ _ ( ), not starting with '-'",
-        )
-    }
-}
-
-impl std::error::Error for BadTubeName {}
