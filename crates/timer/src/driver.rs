@@ -206,6 +206,19 @@ impl Inner {
         r
     }
 
+    /// Runs `f` on shard `i` under its lock, for operations that leave its pending count
+    /// alone (async timers, which are not counted; state queries): no count to publish.
+    #[inline]
+    pub(crate) fn with_shard_quiet<R>(&self, i: usize, f: impl FnOnce(&mut Shard) -> R) -> R {
+        let mut shard = self.shards[i].lock.lock();
+        #[cfg(debug_assertions)]
+        let pending = shard.pending;
+        let r = f(&mut shard);
+        #[cfg(debug_assertions)]
+        debug_assert_eq!(shard.pending, pending, "with_shard_quiet changed the count");
+        r
+    }
+
     /// `true` if one more callback on shard `i` (holding `mine`) would exceed `max_pending`.
     /// Exact with one shard; with several, concurrent schedules on other shards may pass
     /// the limit by at most one each.
@@ -266,7 +279,7 @@ impl Inner {
     /// The tick of the deadline `delay` from now (rounded up): by the raw clock where
     /// there is one, else as `tick_ceil(now + delay)` (about 30 years where that
     /// overflows).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn tick_after(&self, delay: Duration) -> u64 {
         if let Some(ns) = self.ns_after(delay) {
             return self.ticks.tick_ceil_ns(ns);

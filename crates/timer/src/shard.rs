@@ -664,14 +664,20 @@ impl Shard {
 
     /// The `Sleep` is gone: unlink its timer if it still waits (counted as cancelled) and
     /// free the slot. Returns the waker to drop outside the lock.
-    pub(crate) fn sleep_drop(&mut self, index: u32) -> Task {
+    pub(crate) fn sleep_drop(&mut self, index: u32) -> Option<Waker> {
         let slot = &self.slots[index as usize];
         if slot.state == WAITING {
             let key = TimerKey::from_u64(slot.key);
             self.wheel.remove(key);
             self.cancelled += 1;
         }
-        self.release(index, DONE)
+        match self.release(index, DONE) {
+            Task::Sleep(waker) => waker,
+            task => {
+                debug_assert!(matches!(task, Task::Empty), "a Sleep's slot held a task");
+                None
+            }
+        }
     }
 }
 

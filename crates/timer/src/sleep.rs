@@ -75,6 +75,7 @@ impl Sleep {
     }
 
     /// A `Sleep` for `duration` from now (not zero).
+    #[inline]
     pub(crate) fn after(inner: Arc<Inner>, duration: std::time::Duration) -> Self {
         let deadline = match inner.ns_after(duration) {
             Some(ns) => Deadline::Nanos(ns),
@@ -109,6 +110,7 @@ impl Sleep {
     }
 
     /// The deadline's tick (rounded up).
+    #[inline]
     fn tick(&self) -> u64 {
         match self.deadline {
             Deadline::At(at) => self.inner.ticks.tick_ceil(at),
@@ -130,7 +132,7 @@ impl Sleep {
         if let (true, Some((shard, slot))) = (self.armed, self.reg) {
             if self
                 .inner
-                .with_shard(shard as usize, |s| s.sleep_state(slot))
+                .with_shard_quiet(shard as usize, |s| s.sleep_state(slot))
                 == DONE
             {
                 return true;
@@ -155,7 +157,7 @@ impl Sleep {
         let tick = self.inner.ticks.tick_ceil(deadline);
         match self
             .inner
-            .with_shard(shard as usize, |s| s.sleep_reset(slot, tick))
+            .with_shard_quiet(shard as usize, |s| s.sleep_reset(slot, tick))
         {
             Some(wake) => {
                 if wake {
@@ -189,13 +191,13 @@ impl Future for Sleep {
                 Some((shard, slot)) => (
                     shard,
                     this.inner
-                        .with_shard(shard as usize, |s| s.sleep_rearm(slot, waker, tick)),
+                        .with_shard_quiet(shard as usize, |s| s.sleep_rearm(slot, waker, tick)),
                 ),
                 None => {
                     let shard = this.inner.pick_shard();
                     let armed = this
                         .inner
-                        .with_shard(shard, |s| s.sleep_register(waker, tick));
+                        .with_shard_quiet(shard, |s| s.sleep_register(waker, tick));
                     (shard as u32, armed)
                 }
             };
@@ -217,7 +219,7 @@ impl Future for Sleep {
         };
         match this
             .inner
-            .with_shard(shard as usize, |s| s.sleep_poll(slot, cx.waker()))
+            .with_shard_quiet(shard as usize, |s| s.sleep_poll(slot, cx.waker()))
         {
             DONE => Poll::Ready(()),
             SHUTDOWN => stopped(),
@@ -231,7 +233,7 @@ impl Drop for Sleep {
         if let Some((shard, slot)) = self.reg.take() {
             let waker = self
                 .inner
-                .with_shard(shard as usize, |s| s.sleep_drop(slot));
+                .with_shard_quiet(shard as usize, |s| s.sleep_drop(slot));
             drop(waker); // outside the lock
         }
     }
