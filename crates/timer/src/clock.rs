@@ -71,6 +71,10 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
 }
 
 /// The real monotonic clock (`Instant::now()`); the default.
+///
+/// On Linux a timer with this clock reads the same clock (`CLOCK_MONOTONIC`) as a plain
+/// count of nanoseconds for its ticks, which is cheaper than `Instant` arithmetic; its
+/// readings are rounded so that nothing fires before its deadline by `Instant::now()`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 
