@@ -222,10 +222,16 @@ impl Inner {
     /// `true` if one more callback on shard `i` (holding `mine`) would exceed `max_pending`.
     /// Exact with one shard; with several, concurrent schedules on other shards may pass
     /// the limit by at most one each.
+    #[inline]
     pub(crate) fn is_full(&self, i: usize, mine: usize) -> bool {
         if mine < self.share {
             return false;
         }
+        self.is_full_slow(i, mine)
+    }
+
+    #[cold]
+    fn is_full_slow(&self, i: usize, mine: usize) -> bool {
         let others: usize = self
             .shards
             .iter()
@@ -330,6 +336,7 @@ impl Inner {
 
     /// A pending callback finished (ran, was cancelled or taken back): wakes a graceful
     /// `shutdown` waiting for the last one.
+    #[inline]
     pub(crate) fn released(&self) {
         if self.run_state() == SHUTTING_DOWN {
             let _guard = self.idle.0.lock();

@@ -308,6 +308,7 @@ impl Shard {
     }
 
     /// Schedules a one-shot callback; returns `(wheel key index, generation, wake driver)`.
+    #[inline]
     pub(crate) fn schedule_once(
         &mut self,
         f: Box<dyn FnOnce() + Send>,
@@ -320,6 +321,7 @@ impl Shard {
     }
 
     /// Cancels a one-shot callback: `Some(closure to drop)` if this prevented its run.
+    #[inline]
     pub(crate) fn cancel_once(&mut self, index: u32, gen: u32) -> Option<Box<dyn FnOnce() + Send>> {
         let key = make_key(index, gen);
         match self.wheel.remove(key)? {
