@@ -172,6 +172,7 @@ impl Inner {
     }
 
     /// The calling thread's shard: fixed per thread, spread round-robin over threads.
+    #[inline]
     pub(crate) fn pick_shard(&self) -> usize {
         let n = self.shards.len();
         if n == 1 {
