@@ -71,6 +71,10 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
 }
 
 /// The real monotonic clock (`Instant::now()`); the default.
+///
+/// On Linux a timer with this clock reads the same clock (`CLOCK_MONOTONIC`) as a plain
+/// count of nanoseconds for its ticks, which is cheaper than `Instant` arithmetic; its
+/// readings are rounded so that nothing fires before its deadline by `Instant::now()`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 
@@ -243,6 +247,83 @@ impl Clock for ManualClock {
     }
 }
 
+/// Nanoseconds of `CLOCK_MONOTONIC`, the clock `Instant::now()` reads on Linux, as a plain
+/// number: no `Timespec` subtraction and `Duration` normalisation to get a tick from it
+/// (about a hundred instructions per schedule and per `sleep`, see `BENCHMARKS.md`).
+#[cfg(target_os = "linux")]
+#[inline]
+fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    let secs = u64::try_from(t.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(t.tv_nsec).unwrap_or(0);
+    secs.wrapping_mul(1_000_000_000).wrapping_add(nanos)
+}
+
+/// Where the default [`SystemClock`]'s origin `Instant` lies on the raw monotonic clock:
+/// between `lo` (read just before it) and `hi` (read just after). The timer reads its
+/// own deadlines and "now" from the raw clock (Linux only; see `Inner::now_ns`), rounding
+/// each the safe way, so nothing fires early:
+///
+/// - "now" is `raw - hi`, never later than the true time since the origin;
+/// - a deadline `delay` from now is `raw - lo + delay`, never earlier than the true one.
+///
+/// The two readings are tens of nanoseconds apart (the tightest of eight tries): the
+/// most a timer can fire late for it.
+/// `a_raw_reading_brackets_instant` checks that the raw clock is the one `Instant` reads.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RawOrigin {
+    lo: u64,
+    hi: u64,
+}
+
+impl RawOrigin {
+    /// Reads `Instant::now()` as the origin, bracketed by raw readings (`None` where the
+    /// raw clock is not known to be `Instant`'s).
+    pub(crate) fn bracket() -> (Instant, Option<RawOrigin>) {
+        #[cfg(target_os = "linux")]
+        {
+            // The tightest of a few brackets: a thread preempted between the readings
+            // would make every timer that much later.
+            let mut best: Option<(Instant, RawOrigin)> = None;
+            for _ in 0..8 {
+                let lo = monotonic_ns();
+                let origin = Instant::now();
+                let hi = monotonic_ns();
+                if best.is_none_or(|(_, b)| hi.saturating_sub(lo) < b.hi - b.lo) {
+                    best = Some((origin, RawOrigin { lo, hi }));
+                }
+            }
+            match best {
+                Some((origin, raw)) => (origin, Some(raw)),
+                None => (Instant::now(), None),
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            (Instant::now(), None)
+        }
+    }
+
+    /// Nanoseconds since the origin now, rounded down (never later than the truth).
+    #[inline]
+    pub(crate) fn now_floor(self) -> u64 {
+        #[cfg(target_os = "linux")]
+        return monotonic_ns().saturating_sub(self.hi);
+        #[cfg(not(target_os = "linux"))]
+        unreachable!("no raw clock outside Linux ({self:?})")
+    }
+
+    /// Nanoseconds since the origin now, rounded up (never earlier than the truth): the
+    /// base of a deadline.
+    #[inline]
+    pub(crate) fn now_ceil(self) -> u64 {
+        #[cfg(target_os = "linux")]
+        return monotonic_ns().saturating_sub(self.lo);
+        #[cfg(not(target_os = "linux"))]
+        unreachable!("no raw clock outside Linux ({self:?})")
+    }
+}
+
 /// Maps [`Instant`]s to wheel ticks of a fixed resolution from a fixed origin.
 ///
 /// Deadlines round **up** and "now" rounds **down**, so a tick that is due by the wheel is
@@ -288,14 +369,29 @@ impl TickSource {
         tick.saturating_mul(self.resolution_ns)
     }
 
+    /// The first tick at or after `ns` nanoseconds from the origin.
+    #[inline]
+    pub(crate) fn tick_ceil_ns(&self, ns: u64) -> u64 {
+        let (q, r) = strength_reduce::StrengthReducedU64::div_rem(ns, self.divisor);
+        q + u64::from(r != 0)
+    }
+
+    /// The last tick at or before `ns` nanoseconds from the origin.
+    #[inline]
+    pub(crate) fn tick_floor_ns(&self, ns: u64) -> u64 {
+        ns / self.divisor
+    }
+
+    /// The instant `ns` nanoseconds after the origin, if `Instant` can hold it.
+    pub(crate) fn instant_of_ns(&self, ns: u64) -> Option<Instant> {
+        self.origin.checked_add(Duration::from_nanos(ns))
+    }
+
     /// The first tick at or after `deadline`.
     #[inline]
     pub(crate) fn tick_ceil(&self, deadline: Instant) -> u64 {
         match self.nanos_since_origin(deadline) {
-            Some(ns) => {
-                let (q, r) = strength_reduce::StrengthReducedU64::div_rem(ns, self.divisor);
-                q + u64::from(r != 0)
-            }
+            Some(ns) => self.tick_ceil_ns(ns),
             None => {
                 let ns = deadline.saturating_duration_since(self.origin).as_nanos();
                 let res = u128::from(self.resolution_ns);
@@ -307,7 +403,7 @@ impl TickSource {
     /// The last tick at or before `now`.
     pub(crate) fn tick_floor(&self, now: Instant) -> u64 {
         match self.nanos_since_origin(now) {
-            Some(ns) => ns / self.divisor,
+            Some(ns) => self.tick_floor_ns(ns),
             None => {
                 let ns = now.saturating_duration_since(self.origin).as_nanos();
                 u64::try_from(ns / u128::from(self.resolution_ns)).unwrap_or(u64::MAX)
@@ -396,6 +492,35 @@ mod tests {
         assert_eq!(clock.shared.lock().parked.len(), 1);
         clock.advance(Duration::from_secs(60));
         assert!(clock.shared.lock().parked.is_empty());
+    }
+
+    /// The raw clock is the one `Instant` reads: an `Instant` taken between two raw
+    /// readings lies between them, measured from the bracketed origin (with another clock,
+    /// such as `CLOCK_BOOTTIME` after a suspend, or a coarse clock, this fails).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_raw_reading_brackets_instant() {
+        let (origin, raw) = RawOrigin::bracket();
+        let raw = raw.expect("a raw origin on Linux");
+        assert!(raw.lo <= raw.hi);
+        for i in 0..10_000u32 {
+            if i % 1_000 == 0 {
+                thread::sleep(Duration::from_micros(200));
+            }
+            let before = monotonic_ns();
+            let t = Instant::now();
+            let after = monotonic_ns();
+            let since = u64::try_from((t - origin).as_nanos()).expect("fits");
+            assert!(
+                before.saturating_sub(raw.hi) <= since && since <= after - raw.lo,
+                "Instant {since} ns after the origin, raw clock says {}..={}",
+                before.saturating_sub(raw.hi),
+                after - raw.lo
+            );
+            // What the timer derives from it: "now" never later, a deadline never earlier.
+            assert!(raw.now_floor() >= before.saturating_sub(raw.hi));
+            assert!(raw.now_ceil() >= since);
+        }
     }
 
     #[test]

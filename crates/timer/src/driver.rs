@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use crossbeam_utils::CachePadded;
 
-use crate::clock::{Clock, TickSource};
+use crate::clock::{Clock, RawOrigin, TickSource};
 use crate::metrics::{Counters, LatenessCounts};
 use crate::shard::{Due, Fire, Shard, Task, Work, AWAKE};
 use crate::sync::{Arc, AtomicU64, AtomicU8, AtomicUsize, Condvar, Mutex, Ordering};
@@ -82,6 +82,9 @@ pub(crate) struct Inner {
     /// The clock is the default `SystemClock`: read `Instant::now()` directly, without
     /// the virtual call (it is on every schedule).
     system_clock: bool,
+    /// With the default clock on Linux: the origin on the raw monotonic clock, so that a
+    /// deadline's tick is computed from plain nanoseconds (see `now_ns`).
+    raw: Option<RawOrigin>,
     pub(crate) ticks: TickSource,
     pub(crate) resolution: Duration,
     pub(crate) max_pending: usize,
@@ -120,13 +123,18 @@ impl Inner {
         worker_count: usize,
         shards: usize,
     ) -> Self {
-        let origin = clock.now();
+        let (origin, raw) = if system_clock {
+            RawOrigin::bracket()
+        } else {
+            (clock.now(), None)
+        };
         let ticks = TickSource::new(origin, resolution);
         let shards = shards.clamp(1, 1024);
         Inner {
             driver_thread: OnceLock::new(),
             clock,
             system_clock,
+            raw,
             ticks,
             resolution,
             max_pending,
@@ -164,6 +172,7 @@ impl Inner {
     }
 
     /// The calling thread's shard: fixed per thread, spread round-robin over threads.
+    #[inline]
     pub(crate) fn pick_shard(&self) -> usize {
         let n = self.shards.len();
         if n == 1 {
@@ -198,13 +207,32 @@ impl Inner {
         r
     }
 
+    /// Runs `f` on shard `i` under its lock, for operations that leave its pending count
+    /// alone (async timers, which are not counted; state queries): no count to publish.
+    #[inline]
+    pub(crate) fn with_shard_quiet<R>(&self, i: usize, f: impl FnOnce(&mut Shard) -> R) -> R {
+        let mut shard = self.shards[i].lock.lock();
+        #[cfg(debug_assertions)]
+        let pending = shard.pending;
+        let r = f(&mut shard);
+        #[cfg(debug_assertions)]
+        debug_assert_eq!(shard.pending, pending, "with_shard_quiet changed the count");
+        r
+    }
+
     /// `true` if one more callback on shard `i` (holding `mine`) would exceed `max_pending`.
     /// Exact with one shard; with several, concurrent schedules on other shards may pass
     /// the limit by at most one each.
+    #[inline]
     pub(crate) fn is_full(&self, i: usize, mine: usize) -> bool {
         if mine < self.share {
             return false;
         }
+        self.is_full_slow(i, mine)
+    }
+
+    #[cold]
+    fn is_full_slow(&self, i: usize, mine: usize) -> bool {
         let others: usize = self
             .shards
             .iter()
@@ -225,8 +253,47 @@ impl Inner {
         }
     }
 
+    /// Nanoseconds from the origin to now by the timer's clock, never later than the
+    /// truth (the raw clock's reading rounds down; see `RawOrigin`).
+    #[inline]
+    pub(crate) fn now_ns(&self) -> u64 {
+        match self.raw {
+            Some(raw) => raw.now_floor(),
+            None => self.ticks.nanos_of_instant(self.now()),
+        }
+    }
+
+    /// The current tick (rounded down).
     pub(crate) fn now_tick(&self) -> u64 {
-        self.ticks.tick_floor(self.now())
+        match self.raw {
+            Some(raw) => self.ticks.tick_floor_ns(raw.now_floor()),
+            None => self.ticks.tick_floor(self.now()),
+        }
+    }
+
+    /// Nanoseconds from the origin to `delay` from now, never earlier than the truth, by
+    /// the raw clock; `None` without one, or past `u64` nanoseconds (584 years).
+    #[inline]
+    pub(crate) fn ns_after(&self, delay: Duration) -> Option<u64> {
+        let raw = self.raw?;
+        let delay = delay
+            .as_secs()
+            .checked_mul(1_000_000_000)?
+            .checked_add(u64::from(delay.subsec_nanos()))?;
+        raw.now_ceil().checked_add(delay)
+    }
+
+    /// The tick of the deadline `delay` from now (rounded up): by the raw clock where
+    /// there is one, else as `tick_ceil(now + delay)` (about 30 years where that
+    /// overflows).
+    #[inline(always)]
+    pub(crate) fn tick_after(&self, delay: Duration) -> u64 {
+        if let Some(ns) = self.ns_after(delay) {
+            return self.ticks.tick_ceil_ns(ns);
+        }
+        let now = self.now();
+        let at = now.checked_add(delay).unwrap_or_else(|| far_after(now));
+        self.ticks.tick_ceil(at)
     }
 
     /// About 30 years from now by the timer's clock: "never".
@@ -270,6 +337,7 @@ impl Inner {
 
     /// A pending callback finished (ran, was cancelled or taken back): wakes a graceful
     /// `shutdown` waiting for the last one.
+    #[inline]
     pub(crate) fn released(&self) {
         if self.run_state() == SHUTTING_DOWN {
             let _guard = self.idle.0.lock();
@@ -381,7 +449,7 @@ impl Inner {
 
     /// Wakes the async timers and dispatches the callbacks of one turn.
     fn fire(self: &Arc<Self>, due: &mut Due) {
-        let now = self.ticks.nanos_of_instant(self.now());
+        let now = self.now_ns();
         // Lateness is counted for the whole batch before anything is woken or run, so a
         // woken task reading the metrics sees its own timer counted.
         let mut lateness = LatenessCounts::new();

@@ -308,6 +308,7 @@ impl Shard {
     }
 
     /// Schedules a one-shot callback; returns `(wheel key index, generation, wake driver)`.
+    #[inline]
     pub(crate) fn schedule_once(
         &mut self,
         f: Box<dyn FnOnce() + Send>,
@@ -320,6 +321,7 @@ impl Shard {
     }
 
     /// Cancels a one-shot callback: `Some(closure to drop)` if this prevented its run.
+    #[inline]
     pub(crate) fn cancel_once(&mut self, index: u32, gen: u32) -> Option<Box<dyn FnOnce() + Send>> {
         let key = make_key(index, gen);
         match self.wheel.remove(key)? {
@@ -664,14 +666,20 @@ impl Shard {
 
     /// The `Sleep` is gone: unlink its timer if it still waits (counted as cancelled) and
     /// free the slot. Returns the waker to drop outside the lock.
-    pub(crate) fn sleep_drop(&mut self, index: u32) -> Task {
+    pub(crate) fn sleep_drop(&mut self, index: u32) -> Option<Waker> {
         let slot = &self.slots[index as usize];
         if slot.state == WAITING {
             let key = TimerKey::from_u64(slot.key);
             self.wheel.remove(key);
             self.cancelled += 1;
         }
-        self.release(index, DONE)
+        match self.release(index, DONE) {
+            Task::Sleep(waker) => waker,
+            task => {
+                debug_assert!(matches!(task, Task::Empty), "a Sleep's slot held a task");
+                None
+            }
+        }
     }
 }
 

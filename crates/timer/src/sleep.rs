@@ -40,7 +40,7 @@ use crate::sync::Arc;
 /// observed, and returning `Ready` would be early.
 pub struct Sleep {
     inner: Arc<Inner>,
-    deadline: Instant,
+    deadline: Deadline,
     /// `(shard, slot)` once registered; the slot is this `Sleep`'s until it is dropped.
     reg: Option<(u32, u32)>,
     /// Linked (or fired) since the last arm; `false` while unregistered or reset.
@@ -51,21 +51,79 @@ pub struct Sleep {
     check_clock: bool,
 }
 
+/// A `Sleep`'s deadline.
+#[derive(Debug, Clone, Copy)]
+enum Deadline {
+    /// An instant by the timer's clock (`sleep_until`, a reset, or a clock without a raw
+    /// reading).
+    At(Instant),
+    /// Nanoseconds from the timer's origin, by its raw clock (`Timer::sleep` with the
+    /// default clock): never earlier than the call's time plus its duration, and turned
+    /// into a tick without `Instant` arithmetic.
+    Nanos(u64),
+}
+
 impl Sleep {
     pub(crate) fn new(inner: Arc<Inner>, deadline: Instant, check_clock: bool) -> Self {
         Sleep {
             inner,
-            deadline,
+            deadline: Deadline::At(deadline),
             reg: None,
             armed: false,
             check_clock,
         }
     }
 
+    /// A `Sleep` for `duration` from now (not zero).
+    #[inline]
+    pub(crate) fn after(inner: Arc<Inner>, duration: std::time::Duration) -> Self {
+        let deadline = match inner.ns_after(duration) {
+            Some(ns) => Deadline::Nanos(ns),
+            None => {
+                let now = inner.now();
+                Deadline::At(
+                    now.checked_add(duration)
+                        .unwrap_or_else(|| crate::driver::far_after(now)),
+                )
+            }
+        };
+        Sleep {
+            inner,
+            deadline,
+            reg: None,
+            armed: false,
+            check_clock: false,
+        }
+    }
+
     /// The instant this future completes at.
     #[must_use]
     pub fn deadline(&self) -> Instant {
-        self.deadline
+        match self.deadline {
+            Deadline::At(at) => at,
+            Deadline::Nanos(ns) => self
+                .inner
+                .ticks
+                .instant_of_ns(ns)
+                .unwrap_or_else(|| self.inner.far_future()),
+        }
+    }
+
+    /// The deadline's tick (rounded up).
+    #[inline]
+    fn tick(&self) -> u64 {
+        match self.deadline {
+            Deadline::At(at) => self.inner.ticks.tick_ceil(at),
+            Deadline::Nanos(ns) => self.inner.ticks.tick_ceil_ns(ns),
+        }
+    }
+
+    /// `true` if the deadline has passed by the timer's clock.
+    fn clock_passed(&self) -> bool {
+        match self.deadline {
+            Deadline::At(at) => self.clock_now() >= at,
+            Deadline::Nanos(ns) => self.inner.now_ns() >= ns,
+        }
     }
 
     /// `true` once the deadline has passed by the timer's clock.
@@ -74,13 +132,13 @@ impl Sleep {
         if let (true, Some((shard, slot))) = (self.armed, self.reg) {
             if self
                 .inner
-                .with_shard(shard as usize, |s| s.sleep_state(slot))
+                .with_shard_quiet(shard as usize, |s| s.sleep_state(slot))
                 == DONE
             {
                 return true;
             }
         }
-        self.clock_now() >= self.deadline
+        self.clock_passed()
     }
 
     pub(crate) fn clock_now(&self) -> Instant {
@@ -91,7 +149,7 @@ impl Sleep {
     /// completed. Never allocates: a waiting registration moves in the wheel, a completed
     /// one is re-linked by the next poll, in the same slot.
     pub fn reset(&mut self, deadline: Instant) {
-        self.deadline = deadline;
+        self.deadline = Deadline::At(deadline);
         self.check_clock = true;
         let (true, Some((shard, slot))) = (self.armed, self.reg) else {
             return;
@@ -99,7 +157,7 @@ impl Sleep {
         let tick = self.inner.ticks.tick_ceil(deadline);
         match self
             .inner
-            .with_shard(shard as usize, |s| s.sleep_reset(slot, tick))
+            .with_shard_quiet(shard as usize, |s| s.sleep_reset(slot, tick))
         {
             Some(wake) => {
                 if wake {
@@ -121,25 +179,25 @@ impl Future for Sleep {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
         if !this.armed {
-            if this.check_clock && this.clock_now() >= this.deadline {
+            if this.check_clock && this.clock_passed() {
                 return Poll::Ready(());
             }
             if this.inner.run_state() == STOPPED {
                 stopped();
             }
-            let tick = this.inner.ticks.tick_ceil(this.deadline);
+            let tick = this.tick();
             let waker = cx.waker().clone();
             let (shard, armed) = match this.reg {
                 Some((shard, slot)) => (
                     shard,
                     this.inner
-                        .with_shard(shard as usize, |s| s.sleep_rearm(slot, waker, tick)),
+                        .with_shard_quiet(shard as usize, |s| s.sleep_rearm(slot, waker, tick)),
                 ),
                 None => {
                     let shard = this.inner.pick_shard();
                     let armed = this
                         .inner
-                        .with_shard(shard, |s| s.sleep_register(waker, tick));
+                        .with_shard_quiet(shard, |s| s.sleep_register(waker, tick));
                     (shard as u32, armed)
                 }
             };
@@ -161,7 +219,7 @@ impl Future for Sleep {
         };
         match this
             .inner
-            .with_shard(shard as usize, |s| s.sleep_poll(slot, cx.waker()))
+            .with_shard_quiet(shard as usize, |s| s.sleep_poll(slot, cx.waker()))
         {
             DONE => Poll::Ready(()),
             SHUTDOWN => stopped(),
@@ -175,7 +233,7 @@ impl Drop for Sleep {
         if let Some((shard, slot)) = self.reg.take() {
             let waker = self
                 .inner
-                .with_shard(shard as usize, |s| s.sleep_drop(slot));
+                .with_shard_quiet(shard as usize, |s| s.sleep_drop(slot));
             drop(waker); // outside the lock
         }
     }
@@ -184,7 +242,7 @@ impl Drop for Sleep {
 impl fmt::Debug for Sleep {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Sleep")
-            .field("deadline", &self.deadline)
+            .field("deadline", &self.deadline())
             .field("registered", &self.armed)
             .finish()
     }

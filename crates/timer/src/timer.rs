@@ -141,11 +141,8 @@ impl Timer {
     where
         F: FnOnce() + Send + 'static,
     {
-        let now = self.now();
-        let at = now
-            .checked_add(delay)
-            .unwrap_or_else(|| crate::driver::far_after(now));
-        self.schedule_at(at, f)
+        let tick = self.inner().tick_after(delay);
+        self.schedule_tick(tick, f)
     }
 
     /// Runs `f` once at `at` (by the timer's clock); a past instant runs it at once.
@@ -158,6 +155,14 @@ impl Timer {
         F: FnOnce() + Send + 'static,
     {
         let tick = self.inner().ticks.tick_ceil(at);
+        self.schedule_tick(tick, f)
+    }
+
+    /// Runs `f` once at wheel tick `tick`.
+    fn schedule_tick<F>(&self, tick: u64, f: F) -> Result<TimerHandle, ScheduleError<F>>
+    where
+        F: FnOnce() + Send + 'static,
+    {
         self.submit(0, Box::new(f), |s, f| s.schedule_once(f, tick))
             .map_err(|e| e.map(|f| *f))
     }
@@ -190,11 +195,7 @@ impl Timer {
             "tickwheel: a repeating task's period must be non-zero"
         );
         let inner = self.inner();
-        let now = self.now();
-        let at = now
-            .checked_add(initial_delay)
-            .unwrap_or_else(|| crate::driver::far_after(now));
-        let tick = inner.ticks.tick_ceil(at);
+        let tick = inner.tick_after(initial_delay);
         let period_ticks = u64::try_from(
             period
                 .as_nanos()
@@ -400,11 +401,10 @@ impl Timer {
 
     /// A future that completes `duration` from now; see [`Sleep`].
     pub fn sleep(&self, duration: Duration) -> Sleep {
-        let now = self.now();
-        let at = now
-            .checked_add(duration)
-            .unwrap_or_else(|| crate::driver::far_after(now));
-        Sleep::new(Arc::clone(self.inner()), at, duration.is_zero())
+        if duration.is_zero() {
+            return Sleep::new(Arc::clone(self.inner()), self.now(), true);
+        }
+        Sleep::after(Arc::clone(self.inner()), duration)
     }
 
     /// A future that completes at `deadline`; see [`Sleep`].

@@ -92,6 +92,48 @@ fn never_early_against_the_real_clock() {
     }
 }
 
+/// `schedule(delay)` and `sleep(d)` take their deadline from the raw monotonic clock
+/// (Linux) and the driver its "now": measured by `Instant`, nothing runs or completes
+/// before the call's own time plus its delay, and `Sleep::deadline` is never earlier.
+#[test]
+fn delays_from_now_are_never_early_against_the_real_clock() {
+    let timer = Timer::builder()
+        .resolution(Duration::from_micros(50))
+        .build()
+        .expect("build");
+    let (tx, rx) = mpsc::channel();
+    let n = 300;
+    for i in 0..n {
+        let delay = Duration::from_nanos(37_013 * (i % 97));
+        let start = Instant::now();
+        let tx = tx.clone();
+        timer
+            .schedule(delay, move || {
+                tx.send((start + delay, Instant::now())).expect("send")
+            })
+            .expect("schedule");
+    }
+    for _ in 0..n {
+        let (deadline, ran) = rx.recv_timeout(WAIT).expect("every timer fires");
+        assert!(ran >= deadline, "ran {:?} early", deadline - ran);
+    }
+    futures::executor::block_on(async {
+        for i in 0..200u64 {
+            let delay = Duration::from_nanos(1 + 13_007 * (i % 31));
+            let start = Instant::now();
+            let sleep = timer.sleep(delay);
+            assert!(sleep.deadline() >= start + delay, "deadline early");
+            sleep.await;
+            let done = Instant::now();
+            assert!(
+                done >= start + delay,
+                "woke {:?} early",
+                start + delay - done
+            );
+        }
+    });
+}
+
 #[test]
 fn cancel_prevents_the_run_and_drops_the_closure_at_once() {
     let (timer, _clock) = manual(1);
