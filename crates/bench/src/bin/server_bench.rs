@@ -89,7 +89,7 @@ struct Cli {
     /// Pipelined: puts in flight per connection.
     #[arg(long, default_value_t = 16)]
     depth: usize,
-    /// Throughput: start tickwheel targets with `--http` and report, per phase, their store
+    /// Throughput and pipelined: start tickwheel targets with `--http` and report, per phase, their store
     /// commits (per cycle or put) and how much of the phase the committer spent in them
     /// (from `/metrics`: `tickwheel_commit_duration_seconds`).
     #[arg(long)]
@@ -1178,6 +1178,10 @@ async fn pipelined(cli: &Cli) -> anyhow::Result<()> {
             for _ in 0..cli.conns {
                 cs.push(Conn::connect(server.addr).await?);
             }
+            let totals = match server.http {
+                Some(http) => Some(commit_totals(http).await?),
+                None => None,
+            };
             let deadline = Instant::now() + Duration::from_secs(cli.phase_limit);
             let start = Instant::now();
             let set = tokio::task::LocalSet::new();
@@ -1204,9 +1208,10 @@ async fn pipelined(cli: &Cli) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("pipelined on {}", t.name()))?;
             let rate = lat.len() as f64 / start.elapsed().as_secs_f64();
+            let commits = commit_report(&server, totals, lat.len(), rate).await?;
             let (p50, p99, p999, max) = dist(&mut lat);
             println!(
-                "run {run} {:<30} puts/s {rate:>9.0}  ack p50 {p50:>7.2} ms  p99 {p99:>7.2} ms  p99.9 {p999:>7.2} ms  max {max:>7.2} ms  ({} puts)",
+                "run {run} {:<30} puts/s {rate:>9.0}  ack p50 {p50:>7.2} ms  p99 {p99:>7.2} ms  p99.9 {p999:>7.2} ms  max {max:>7.2} ms  ({} puts){commits}",
                 t.name(),
                 lat.len()
             );
