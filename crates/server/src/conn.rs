@@ -236,7 +236,12 @@ fn execute(shared: &Shared, client: ClientId, command: Command) -> (Ticket, Outc
         0 => 0,
         s => u64::from(s) * 1000 + u64::from(past_the_ms),
     };
-    shared.apply(|engine| run(shared, engine, client, command, now, secs))
+    let (ticket, outcome) = shared.apply(|engine| run(shared, engine, client, command, now, secs));
+    match &outcome {
+        // A reservation is not durable: the reply waits only for its job's own changes.
+        Outcome::Reply(Reply::Reserved(id, _)) => (shared.job_ticket(*id, &ticket), outcome),
+        _ => (ticket, outcome),
+    }
 }
 
 /// The engine part of [`execute`], under the engine lock.
@@ -564,6 +569,155 @@ mod tests {
         assert_eq!(reply(&shared, client, "kick-job 3\r\n"), "KICKED\r\n");
         assert!(reply(&shared, client, "put 0 0 60 4\r\nfour\r\n").starts_with("INSERTED 4"));
         assert!(shared.batches_submitted() > batches);
+    }
+
+    /// A store whose commits block while the gate is closed: a commit in flight, on demand.
+    #[derive(Default)]
+    struct SlowCommit {
+        inner: MemStore,
+        closed: std::sync::Mutex<bool>,
+        opened: std::sync::Condvar,
+    }
+
+    impl SlowCommit {
+        fn set_closed(&self, closed: bool) {
+            *self.closed.lock().expect("gate lock") = closed;
+            self.opened.notify_all();
+        }
+    }
+
+    impl Store for SlowCommit {
+        fn commit(&self, batch: &[Change]) -> Result<(), StoreError> {
+            let mut closed = self.closed.lock().expect("gate lock");
+            while *closed {
+                closed = self.opened.wait(closed).expect("gate lock");
+            }
+            self.inner.commit(batch)
+        }
+        fn recover(&self, window_end_ms: u64) -> Result<Recovered, StoreError> {
+            self.inner.recover(window_end_ms)
+        }
+        fn get(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
+            self.inner.get(id)
+        }
+        fn delayed_between(
+            &self,
+            from_ms: u64,
+            to_ms: u64,
+            limit: usize,
+        ) -> Result<Vec<JobRecord>, StoreError> {
+            self.inner.delayed_between(from_ms, to_ms, limit)
+        }
+    }
+
+    /// Opens the gate when dropped, so a failed assertion cannot leave the committer blocked.
+    struct Reopen(Arc<SlowCommit>);
+
+    impl Drop for Reopen {
+        fn drop(&mut self) {
+            self.0.set_closed(false);
+        }
+    }
+
+    /// Whether `ticket` is settled now (without waiting, and without committing: the server's
+    /// group commit has its own committer thread).
+    fn settled(ticket: &tickwheel_store::Ticket) -> bool {
+        let mut durable = std::pin::pin!(ticket.durable());
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match std::future::Future::poll(durable.as_mut(), &mut cx) {
+            std::task::Poll::Ready(r) => {
+                r.expect("the commit succeeds");
+                true
+            }
+            std::task::Poll::Pending => false,
+        }
+    }
+
+    fn text(reply: &tickwheel_proto::Reply) -> String {
+        let mut out = BytesMut::new();
+        reply.encode(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// A `RESERVED` reply waits for its own job's changes only: a job whose put is durable is
+    /// handed out at once while another client's commit is in flight (directly, and to a
+    /// reserver waiting when a delayed job falls due), and a job whose put is in flight is
+    /// not. (Every reservation used to wait for the latest batch submitted: on PostgreSQL,
+    /// where a commit can take tens of ms under load, every due job waited for one.)
+    #[test]
+    fn a_reservation_waits_for_its_own_job_not_for_other_commits_in_flight() {
+        let clock = Arc::new(tickwheel::ManualClock::new());
+        let store = Arc::new(SlowCommit::default());
+        let start = crate::shared::wall_millis(tickwheel::Clock::system_time(&*clock)).0;
+        let shared = Shared::new(
+            Engine::new(tickwheel_queue::Config::default(), start),
+            store.clone(),
+            clock.clone(),
+        )
+        .expect("commit thread");
+        let _reopen = Reopen(store.clone());
+        let clients: Vec<_> = (0..4)
+            .map(|_| {
+                let c = shared.next_client_id();
+                shared.apply(|engine| engine.connect(c));
+                c
+            })
+            .collect();
+        let (producer, worker, waiter, other) = (clients[0], clients[1], clients[2], clients[3]);
+        assert!(reply(&shared, producer, "put 0 0 60 1\r\na\r\n").starts_with("INSERTED 1"));
+        assert!(reply(&shared, producer, "put 0 10 60 1\r\nb\r\n").starts_with("INSERTED 2"));
+
+        // Another client's put is being committed (and stays so until the gate opens).
+        store.set_closed(true);
+        let (in_flight, outcome) = execute(&shared, other, command("put 0 0 60 1\r\nc\r\n"));
+        assert!(matches!(
+            outcome,
+            Outcome::Reply(tickwheel_proto::Reply::Inserted(3))
+        ));
+        assert!(!settled(&in_flight), "the gate holds the commit");
+
+        // Job 1 was put durably before: its reservation does not wait for job 3's commit.
+        let (ticket, outcome) = execute(&shared, worker, command("reserve-with-timeout 0\r\n"));
+        let Outcome::Reply(r) = outcome else {
+            panic!("reserve-with-timeout 0 waits")
+        };
+        assert_eq!(text(&r), "RESERVED 1 1\r\na\r\n");
+        assert!(
+            settled(&ticket),
+            "RESERVED 1 waits for another job's commit"
+        );
+
+        // Job 3's put is in flight: its reservation waits for it.
+        let (ticket3, outcome) = execute(&shared, worker, command("reserve-with-timeout 0\r\n"));
+        let Outcome::Reply(r) = outcome else {
+            panic!("reserve-with-timeout 0 waits")
+        };
+        assert_eq!(text(&r), "RESERVED 3 1\r\nc\r\n");
+        assert!(
+            !settled(&ticket3),
+            "RESERVED 3 sent before job 3 is durable"
+        );
+
+        // A reserver waiting when job 2 (put durably) falls due gets it without waiting for
+        // the commit in flight.
+        let (_, outcome) = execute(&shared, waiter, command("reserve\r\n"));
+        let Outcome::Wait(mut rx) = outcome else {
+            panic!("reserve with nothing ready does not wait")
+        };
+        clock.advance(std::time::Duration::from_secs(11));
+        let now = shared.now();
+        shared.apply(|engine| engine.advance(now));
+        let (ticket, r) = rx.try_recv().expect("job 2 handed to the waiter");
+        assert_eq!(text(&r), "RESERVED 2 1\r\nb\r\n");
+        assert!(
+            settled(&ticket),
+            "RESERVED 2 waits for another job's commit"
+        );
+
+        // Once the gate opens, everything settles.
+        store.set_closed(false);
+        in_flight.wait().expect("commit");
+        assert!(settled(&ticket3));
     }
 
     fn command(line: &str) -> Command {

@@ -9,7 +9,10 @@
 //!   lock is never held across an `.await`.
 //! - Every reply waits for the ticket `apply` returns: the ticket of the operation's own
 //!   changes, or of the latest batch submitted when it made none, so no client ever sees state
-//!   that is not durable yet.
+//!   that is not durable yet. The exception is a `RESERVED` reply, whose content is one job:
+//!   it waits only until that job's latest change is durable ([`Shared::job_ticket`]), not for
+//!   other clients' commits in flight (on PostgreSQL a commit can take tens of ms under load,
+//!   and every delayed job that fell due waited for one).
 //! - A waiting client (blocked in `reserve`) has an entry in `waiters`; an event for it is sent
 //!   there together with the ticket of the commit it depends on.
 //! - Every reading of the time goes through `clock` (the server's [`Clock`]): the engine's
@@ -24,7 +27,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tickwheel::{Clock, Timer};
 use tickwheel_proto::Reply;
-use tickwheel_queue::{ClientId, Engine, Event, Load, Millis};
+use tickwheel_queue::{Change, ClientId, Engine, Event, JobId, Load, Millis};
 use tickwheel_store::{GroupCommit, Store, StoreError, Ticket};
 use tokio::sync::{mpsc, Notify};
 
@@ -77,6 +80,66 @@ pub(crate) struct Shared {
     pub(crate) metrics: Metrics,
     /// Writes are being refused because the database is unreachable (PostgreSQL backend).
     unreachable: AtomicBool,
+    /// The jobs whose latest change may not be durable yet. Changed only under the engine
+    /// lock (in [`Shared::after_op`]).
+    unsettled: Mutex<Unsettled>,
+}
+
+/// Which jobs' latest changes may still be in flight, so that a `RESERVED` reply waits only
+/// for its own job ([`Shared::job_ticket`]).
+///
+/// Every batch goes through [`Shared::after_op`] to the group commit, which commits batches in
+/// submission order and counts the changes it has made durable
+/// ([`GroupStats::mutations`](tickwheel_store::GroupStats::mutations)). So a batch is durable
+/// once that count reaches the number of changes submitted up to and including it: the mark
+/// kept per job. A job without an entry has every change durable (recovered, loaded from the
+/// store, or pruned once its mark was reached).
+#[derive(Default)]
+struct Unsettled {
+    /// Changes submitted so far.
+    submitted: u64,
+    /// Job → `submitted` after the batch holding its latest change.
+    marks: HashMap<JobId, u64>,
+    /// Prune the durable entries when `marks` reaches this size.
+    prune_at: usize,
+}
+
+impl Unsettled {
+    const MIN_PRUNE_AT: usize = 1024;
+
+    /// Records a batch about to be submitted.
+    fn submitting(&mut self, batch: &[Change], durable: u64) {
+        self.submitted += batch.len() as u64;
+        for change in batch {
+            match change {
+                Change::Put(r) => {
+                    self.marks.insert(r.id, self.submitted);
+                }
+                Change::Update { id, .. } => {
+                    self.marks.insert(*id, self.submitted);
+                }
+                Change::Delete { id } => {
+                    self.marks.remove(id);
+                }
+                Change::ReserveIds { .. } => {}
+            }
+        }
+        if self.marks.len() >= self.prune_at {
+            self.marks.retain(|_, mark| *mark > durable);
+            self.prune_at = (self.marks.len() * 2).max(Self::MIN_PRUNE_AT);
+        }
+    }
+
+    /// A batch recorded by [`submitting`](Self::submitting) was refused (never queued): the
+    /// count must stay equal to the group commit's. Its jobs keep their entries, which is
+    /// harmless: a reply then waits as for any other job with a change in flight.
+    fn refused(&mut self, batch_len: usize) {
+        self.submitted -= batch_len as u64;
+    }
+
+    fn is_durable(&self, id: JobId, durable: u64) -> bool {
+        self.marks.get(&id).is_none_or(|mark| *mark <= durable)
+    }
 }
 
 impl Shared {
@@ -126,6 +189,7 @@ impl Shared {
             low_space: AtomicBool::new(false),
             metrics,
             unreachable: AtomicBool::new(false),
+            unsettled: Mutex::new(Unsettled::default()),
         })
     }
 
@@ -311,6 +375,23 @@ impl Shared {
         op(&self.lock())
     }
 
+    /// What a `RESERVED` reply of job `id` waits for, given the ticket of the operation that
+    /// reserved it (`op`): nothing if every change of the job is durable already (a delayed
+    /// job that fell due, put long ago), else `op`, which covers everything submitted until
+    /// then. Call it after the operation's [`apply`](Self::apply) returned.
+    pub(crate) fn job_ticket(&self, id: JobId, op: &Ticket) -> Ticket {
+        let durable = self.group.stats().mutations;
+        if self.unsettled().is_durable(id, durable) {
+            Ticket::done()
+        } else {
+            op.clone()
+        }
+    }
+
+    fn unsettled(&self) -> MutexGuard<'_, Unsettled> {
+        self.unsettled.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn after_op(&self, engine: &mut Engine) -> Ticket {
         let changes = engine.take_changes();
         let ticket = if changes.is_empty() {
@@ -326,9 +407,13 @@ impl Shared {
                 self.group.last_ticket()
             }
         } else {
+            let len = changes.len();
+            let durable = self.group.stats().mutations;
+            self.unsettled().submitting(&changes, durable);
             match self.group.submit(changes) {
                 Ok(ticket) => ticket,
                 Err(error) => {
+                    self.unsettled().refused(len);
                     self.log_store_failure(&error);
                     Ticket::failed(error)
                 }
@@ -341,14 +426,17 @@ impl Shared {
         if !events.is_empty() {
             let waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
             for event in events {
-                let (client, reply) = match event {
-                    Event::Reserved { client, job } => (client, Reply::Reserved(job.id, job.body)),
-                    Event::TimedOut { client } => (client, Reply::TimedOut),
-                    Event::DeadlineSoon { client } => (client, Reply::DeadlineSoon),
+                let (client, reply, ticket) = match event {
+                    Event::Reserved { client, job } => {
+                        let ticket = self.job_ticket(job.id, &ticket);
+                        (client, Reply::Reserved(job.id, job.body), ticket)
+                    }
+                    Event::TimedOut { client } => (client, Reply::TimedOut, ticket.clone()),
+                    Event::DeadlineSoon { client } => (client, Reply::DeadlineSoon, ticket.clone()),
                 };
                 if let Some(tx) = waiters.get(&client) {
                     // Capacity 1 and one wait at a time: this never fails for a live waiter.
-                    let _ = tx.try_send((ticket.clone(), reply));
+                    let _ = tx.try_send((ticket, reply));
                 }
             }
         }
@@ -457,4 +545,97 @@ pub(crate) fn wall_millis(time: SystemTime) -> (Millis, bool) {
     let since_epoch = time.duration_since(UNIX_EPOCH).unwrap_or_default();
     let ms = u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX);
     (ms, !since_epoch.subsec_nanos().is_multiple_of(1_000_000))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use proptest::prelude::*;
+    use tickwheel_queue::{Change, DurableState, JobId, JobRecord, TubeName};
+
+    use super::Unsettled;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// A batch of (job, kind) changes: 0 put, 1 update, 2 delete, 3 id reservation.
+        Submit(Vec<(JobId, u8)>),
+        /// The oldest batch not yet durable becomes durable.
+        Commit,
+    }
+
+    fn change(id: JobId, kind: u8) -> Change {
+        match kind {
+            0 => Change::Put(JobRecord {
+                id,
+                tube: TubeName::new("default").expect("valid name"),
+                priority: 0,
+                ttr: 1000,
+                state: DurableState::Ready,
+                created: 0,
+                body: bytes::Bytes::new(),
+                idempotency_key: None,
+            }),
+            1 => Change::Update {
+                id,
+                state: DurableState::Buried,
+                priority: 1,
+            },
+            2 => Change::Delete { id },
+            _ => Change::ReserveIds { end: id },
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Against a model that remembers which batch changed each job last: a job counts as
+        /// durable exactly when that batch is (or a delete was its last change, or it has none),
+        /// across the pruning of durable entries (wide ids and big batches make it prune).
+        #[test]
+        fn a_job_is_durable_once_the_batch_of_its_latest_change_is(
+            ops in prop::collection::vec(
+                prop_oneof![
+                    prop::collection::vec((0u64..3000, 0u8..4), 1..60).prop_map(Op::Submit),
+                    Just(Op::Commit),
+                ],
+                1..150,
+            )
+        ) {
+            let mut unsettled = Unsettled::default();
+            // The model: batch sizes in order, the last batch index per job, batches durable.
+            let mut batches: Vec<u64> = Vec::new();
+            let mut last: HashMap<JobId, Option<usize>> = HashMap::new();
+            let mut committed = 0usize;
+            let mut mutations = 0u64; // what the group commit counts
+            for op in ops {
+                match op {
+                    Op::Submit(items) => {
+                        let batch: Vec<Change> =
+                            items.iter().map(|&(id, kind)| change(id, kind)).collect();
+                        unsettled.submitting(&batch, mutations);
+                        for &(id, kind) in &items {
+                            match kind {
+                                0 | 1 => { last.insert(id, Some(batches.len())); }
+                                2 => { last.insert(id, None); }
+                                _ => {}
+                            }
+                        }
+                        batches.push(batch.len() as u64);
+                    }
+                    Op::Commit => {
+                        if committed < batches.len() {
+                            mutations += batches[committed];
+                            committed += 1;
+                        }
+                    }
+                }
+                prop_assert!(unsettled.is_durable(3000, mutations), "a job never changed");
+                for (&id, batch) in &last {
+                    let expected = batch.is_none_or(|b| b < committed);
+                    prop_assert_eq!(unsettled.is_durable(id, mutations), expected, "job {}", id);
+                }
+            }
+        }
+    }
 }

@@ -47,7 +47,7 @@ struct Cli {
     /// Path of tickwheel-server (default: next to this binary).
     #[arg(long)]
     tickwheel: Option<PathBuf>,
-    /// Path of a second tickwheel-server build, run as target `tw-base-sync`: before/after
+    /// Path of a second tickwheel-server build, run as target `tw-base-sync` (or `tw-base-pg`): before/after
     /// comparisons in one run, interleaved with the other targets (the disk and the load here
     /// change from minute to minute, so separate runs do not compare).
     #[arg(long)]
@@ -89,6 +89,11 @@ struct Cli {
     /// Pipelined: puts in flight per connection.
     #[arg(long, default_value_t = 16)]
     depth: usize,
+    /// Throughput and pipelined: start tickwheel targets with `--http` and report, per phase, their store
+    /// commits (per cycle or put) and how much of the phase the committer spent in them
+    /// (from `/metrics`: `tickwheel_commit_duration_seconds`).
+    #[arg(long)]
+    commit_stats: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -124,6 +129,8 @@ enum Target {
     /// tickwheel-server --postgres URL: a fresh database on a throw-away PostgreSQL cluster
     /// (Debian's postgresql, same machine, loopback; default settings, fsync on).
     TwPg,
+    /// The `--baseline` build of tickwheel-server, --postgres URL (as `tw-pg`).
+    TwBasePg,
 }
 
 impl Target {
@@ -139,6 +146,7 @@ impl Target {
             Target::BsNofsync => "beanstalkd -b -F",
             Target::BsMem => "beanstalkd (in memory)",
             Target::TwPg => "tickwheel --postgres (1 node)",
+            Target::TwBasePg => "baseline tickwheel --postgres",
         }
     }
 
@@ -151,6 +159,7 @@ impl Target {
                 | Target::TwNofsync
                 | Target::TwMem
                 | Target::TwPg
+                | Target::TwBasePg
         )
     }
 }
@@ -159,6 +168,8 @@ impl Target {
 struct Server {
     child: Child,
     addr: SocketAddr,
+    /// The HTTP address of a tickwheel target started for `--commit-stats`.
+    http: Option<SocketAddr>,
     _dir: tempfile::TempDir,
     log: PathBuf,
 }
@@ -172,7 +183,7 @@ impl Server {
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
         let d = data.display().to_string();
         let p = port.to_string();
-        let pg_url = if target == Target::TwPg {
+        let pg_url = if matches!(target, Target::TwPg | Target::TwBasePg) {
             pg_database()?
         } else {
             String::new()
@@ -193,10 +204,23 @@ impl Server {
             Target::BsNofsync => (cli.beanstalkd.clone(), vec!["-b", &d, "-F"]),
             Target::BsMem => (cli.beanstalkd.clone(), vec![]),
             Target::TwPg => (tickwheel_path(cli)?, vec!["--postgres", &pg_url]),
+            Target::TwBasePg => (
+                cli.baseline
+                    .clone()
+                    .ok_or_else(|| anyhow!("target tw-base-pg needs --baseline PATH"))?,
+                vec!["--postgres", &pg_url],
+            ),
         };
         let log = dir.path().join("server.log");
         let logf = std::fs::File::create(&log)?;
         let mut cmd = Command::new(&program);
+        let http = if cli.commit_stats && target.is_tickwheel() {
+            let http: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
+            cmd.args(["--http", &http.to_string(), "--http-rate", "100000"]);
+            Some(http)
+        } else {
+            None
+        };
         cmd.args(["-l", "127.0.0.1", "-p", &p])
             .args(&args)
             .stdin(Stdio::null())
@@ -211,6 +235,7 @@ impl Server {
         let mut server = Server {
             child,
             addr,
+            http,
             _dir: dir,
             log,
         };
@@ -420,6 +445,49 @@ fn fmt_all(v: &[f64], prec: usize) -> String {
 
 // ----- throughput -----
 
+/// Store commits so far and the seconds spent in them, from a tickwheel server's `/metrics`.
+async fn commit_totals(http: SocketAddr) -> anyhow::Result<(f64, f64)> {
+    let mut s = TcpStream::connect(http).await?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .await?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).await?;
+    let value = |name: &str| -> anyhow::Result<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .ok_or_else(|| anyhow!("no {name} in /metrics"))?
+            .trim()
+            .parse::<f64>()
+            .map_err(|e| anyhow!("{name}: {e}"))
+    };
+    Ok((
+        value("tickwheel_commit_duration_seconds_count")?,
+        value("tickwheel_commit_duration_seconds_sum")?,
+    ))
+}
+
+/// What `--commit-stats` prints for one phase: commits per operation and the share of the
+/// phase's wall time the committer spent committing.
+async fn commit_report(
+    server: &Server,
+    before: Option<(f64, f64)>,
+    ops: usize,
+    rate: f64,
+) -> anyhow::Result<String> {
+    let (Some(http), Some((c0, s0))) = (server.http, before) else {
+        return Ok(String::new());
+    };
+    let (c1, s1) = commit_totals(http).await?;
+    let (commits, secs) = (c1 - c0, s1 - s0);
+    let wall = ops as f64 / rate;
+    Ok(format!(
+        " [{commits:.0} commits, {:.2}/op, {:.2} ms each, committer busy {:.0} %]",
+        commits / ops as f64,
+        secs * 1000.0 / commits.max(1.0),
+        100.0 * secs / wall
+    ))
+}
+
 /// Runs `per_conn` iterations of `op` on each of `conns` connections; ops/s over all of them.
 async fn phase<F, Fut>(
     addr: SocketAddr,
@@ -476,6 +544,10 @@ async fn throughput(cli: &Cli) -> anyhow::Result<()> {
     for run in 0..cli.runs {
         for &t in &targets {
             let server = Server::start(cli, t).await?;
+            let totals = match server.http {
+                Some(http) => Some(commit_totals(http).await?),
+                None => None,
+            };
             let b = body.clone();
             let (cyc, ncyc) = phase(
                 server.addr,
@@ -500,6 +572,11 @@ async fn throughput(cli: &Cli) -> anyhow::Result<()> {
             )
             .await
             .with_context(|| format!("{} cycles", t.name()))?;
+            let cycle_commits = commit_report(&server, totals, ncyc, cyc).await?;
+            let totals = match server.http {
+                Some(http) => Some(commit_totals(http).await?),
+                None => None,
+            };
             let b = body.clone();
             let (pps, nput) = phase(
                 server.addr,
@@ -520,8 +597,9 @@ async fn throughput(cli: &Cli) -> anyhow::Result<()> {
             )
             .await
             .with_context(|| format!("{} puts", t.name()))?;
+            let put_commits = commit_report(&server, totals, nput, pps).await?;
             println!(
-                "run {run} {:<30} cycles/s {cyc:>9.0} ({ncyc} cycles, {:>9.0} ops/s)  puts/s {pps:>9.0} ({nput})",
+                "run {run} {:<30} cycles/s {cyc:>9.0} ({ncyc} cycles, {:>9.0} ops/s){cycle_commits}  puts/s {pps:>9.0} ({nput}){put_commits}",
                 t.name(),
                 cyc * 3.0
             );
@@ -1100,6 +1178,10 @@ async fn pipelined(cli: &Cli) -> anyhow::Result<()> {
             for _ in 0..cli.conns {
                 cs.push(Conn::connect(server.addr).await?);
             }
+            let totals = match server.http {
+                Some(http) => Some(commit_totals(http).await?),
+                None => None,
+            };
             let deadline = Instant::now() + Duration::from_secs(cli.phase_limit);
             let start = Instant::now();
             let set = tokio::task::LocalSet::new();
@@ -1126,9 +1208,10 @@ async fn pipelined(cli: &Cli) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("pipelined on {}", t.name()))?;
             let rate = lat.len() as f64 / start.elapsed().as_secs_f64();
+            let commits = commit_report(&server, totals, lat.len(), rate).await?;
             let (p50, p99, p999, max) = dist(&mut lat);
             println!(
-                "run {run} {:<30} puts/s {rate:>9.0}  ack p50 {p50:>7.2} ms  p99 {p99:>7.2} ms  p99.9 {p999:>7.2} ms  max {max:>7.2} ms  ({} puts)",
+                "run {run} {:<30} puts/s {rate:>9.0}  ack p50 {p50:>7.2} ms  p99 {p99:>7.2} ms  p99.9 {p999:>7.2} ms  max {max:>7.2} ms  ({} puts){commits}",
                 t.name(),
                 lat.len()
             );
