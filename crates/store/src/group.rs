@@ -14,6 +14,11 @@
 //!   `Ok` for a batch that was not in a successful commit.
 //! - Without a committer thread (or after it stopped), a waiter whose batch is not durable
 //!   and that finds no commit running commits the group itself, on its own thread.
+//! - The committer thread parks on `work` only after setting `State::idle` under the lock
+//!   and finding nothing pending there; a submitter wakes it iff it cleared `idle` under the
+//!   lock (the wake itself comes after the lock is released). Before parking the committer
+//!   spins briefly outside the lock (reading the atomic copy of `submitted`), then looks
+//!   again under the lock, so a batch submitted during the spin is never left waiting.
 //! - After a failed commit the group is poisoned: every batch not yet durable, and every later
 //!   one, fails (the failing group with the store's error, later ones with
 //!   [`StoreError::Poisoned`]); nothing is written again.
@@ -94,6 +99,9 @@ struct Shared<S: ?Sized> {
     caller_commits: AtomicU64,
     store_commits: AtomicU64,
     mutations: AtomicU64,
+    /// A copy of `State::submitted`, read without the lock by the committer thread while it
+    /// spins for the next batch (see [`Shared::committer`]).
+    submitted: AtomicU64,
     store: S,
 }
 
@@ -125,6 +133,10 @@ struct State {
     /// Async waiters to wake when `durable` or `poison` changes.
     /// With the sequence number each waits for: a commit wakes only the waiters it settles.
     wakers: Vec<(u64, Waker)>,
+    /// Threads blocked in [`Ticket::wait`] on `changed`: a commit signals the condition
+    /// variable only when there are any (the server's waiters are all futures, and a
+    /// broadcast is a system call per commit).
+    sleepers: usize,
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -145,6 +157,7 @@ impl<S: Store + 'static> GroupCommit<S> {
                 caller_commits: AtomicU64::new(0),
                 store_commits: AtomicU64::new(0),
                 mutations: AtomicU64::new(0),
+                submitted: AtomicU64::new(0),
                 store,
             }),
             thread: None,
@@ -195,18 +208,26 @@ impl<S: Store + 'static> GroupCommit<S> {
     pub fn submit(&self, batch: Vec<Change>) -> Result<Ticket, StoreError> {
         // Refuse a bad batch here, so it cannot fail the merged commit of other callers.
         validate(&batch)?;
+        let batch_empty = batch.is_empty();
         let mut st = lock(&self.shared.state);
-        if !batch.is_empty() {
+        if !batch_empty {
             st.inflight_bytes = st.inflight_bytes.saturating_add(batch_bytes(&batch));
             st.submitted += 1;
             st.pending.extend(batch);
+            self.shared.submitted.store(st.submitted, Ordering::Release);
             self.shared.caller_commits.fetch_add(1, Ordering::Relaxed);
-            if std::mem::take(&mut st.idle) {
-                self.shared.work.notify_one();
-            }
+        }
+        let seq = st.submitted;
+        let wake = !batch_empty && std::mem::take(&mut st.idle);
+        // Woken after the lock is released: a committer woken under it would block at once on
+        // the lock this caller still holds (one more futex round trip per commit, measured
+        // under strace on the single-connection path).
+        drop(st);
+        if wake {
+            self.shared.work.notify_one();
         }
         Ok(Ticket {
-            seq: st.submitted,
+            seq,
             shared: Some(self.shared.clone()),
             failed: None,
         })
@@ -300,7 +321,9 @@ impl<S: Store + ?Sized> Shared<S> {
             st.wakers = waiting;
             settled
         };
-        self.changed.notify_all();
+        if st.sleepers > 0 {
+            self.changed.notify_all();
+        }
         // Woken outside the lock: hundreds of waiters must not hold up the next submit (which
         // the server makes under its engine lock).
         drop(st);
@@ -323,18 +346,42 @@ impl<S: Store + ?Sized> Shared<S> {
     /// until shutdown with nothing pending.
     fn committer(&self) {
         let mut st = lock(&self.state);
+        // Spun since the last commit or wake-up: the next idle turn parks.
+        let mut spun = false;
         loop {
             let pending = st.submitted > st.durable && st.poison.is_none();
             if pending && !st.leading {
                 st = self.lead(st);
+                spun = false;
             } else if !pending && st.shutdown {
                 st.thread = false;
                 return;
+            } else if !pending && !spun && st.poison.is_none() {
+                // Outside the lock, so submitters are not held up; whatever the spin saw,
+                // the loop looks again under the lock before parking (a submit during the
+                // spin found `idle` false and woke nobody).
+                let seen = st.submitted;
+                drop(st);
+                self.spin_for_work(seen);
+                st = lock(&self.state);
+                spun = true;
             } else {
                 st.idle = true;
                 st = self.work.wait(st).unwrap_or_else(|e| e.into_inner());
                 st.idle = false;
+                spun = false;
             }
+        }
+    }
+
+    /// Spins (yielding the CPU each turn) for at most [`SPIN`] until a batch after `seen`
+    /// is submitted. A committer that parked at once would have to be woken by the next
+    /// submit: a futex wake and a scheduler round trip on the path of every reply to a client
+    /// that sends one request at a time; see `docs/decisions/0012-commit-path.md`.
+    fn spin_for_work(&self, seen: u64) {
+        let start = std::time::Instant::now();
+        while self.submitted.load(Ordering::Acquire) <= seen && start.elapsed() < SPIN {
+            std::thread::yield_now();
         }
     }
 
@@ -345,7 +392,10 @@ impl<S: Store + ?Sized> Shared<S> {
                 return outcome;
             }
             st = if st.leading || st.thread {
-                self.changed.wait(st).unwrap_or_else(|e| e.into_inner())
+                st.sleepers += 1;
+                let mut st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+                st.sleepers -= 1;
+                st
             } else {
                 self.lead(st)
             };
@@ -386,6 +436,12 @@ impl<S: Store + 'static> Drop for GroupCommit<S> {
         }
     }
 }
+
+/// How long the committer thread looks for the next batch before it parks: about one
+/// loopback round trip of a client that sends its next request as soon as it has the reply
+/// (server_bench's one-connection client: ~35 µs against beanstalkd). Longer would only burn
+/// CPU the connections need on a small machine.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// Estimated bytes a batch adds to the journal: a put's body and tube name plus a fixed
 /// allowance per change for keys, index entries and framing. An update rewrites the job's

@@ -9,8 +9,9 @@
 //!   each delivery against the put's ack time + delay, early deliveries against its send time;
 //! - `idle`: thousands of idle connections; the server's resident-set growth;
 //! - `sync`: one connection, one put at a time: the put round trip, beside the disk's own
-//!   `fdatasync` latency probed in the same run (4 KiB writes into a preallocated file in the
-//!   same file system as the servers' data directories);
+//!   `fdatasync` latency probed in the same run (4 KiB writes in the same file system as the
+//!   servers' data directories, into three files: blocks written beforehand, a sparse
+//!   `set_len` file as fjall's journal, and `fallocate`d extents);
 //! - `pipelined`: N connections keeping D puts in flight each: the distribution of ack
 //!   latencies (put sent → `INSERTED` received) and puts/s.
 
@@ -1008,12 +1009,21 @@ fn dist(v: &mut [f64]) -> (f64, f64, f64, f64) {
     )
 }
 
+/// Latency samples (ms) of [`fsync_probe`], one per way of preparing the file.
+struct Probe {
+    /// Overwriting blocks written and synced beforehand: no metadata to sync, the floor.
+    overwrite: Vec<f64>,
+    /// Appending into a file made long with `set_len` only (sparse, as the storage engine
+    /// preallocates its journal): a sync also commits block allocations.
+    sparse: Vec<f64>,
+    /// Writing into `fallocate`d, never-written extents: a sync also commits the conversion
+    /// of unwritten extents.
+    fallocated: Vec<f64>,
+}
+
 /// The disk's floor, in a temp dir beside the servers' data directories: `n` times, write
-/// 4 KiB and `fdatasync`. Returns two latency samples (ms): overwriting a file whose blocks
-/// were written and synced beforehand (no metadata to sync: the floor), and appending into a
-/// file made long with `set_len` only (sparse, as the storage engine preallocates its journal:
-/// every sync also commits block allocations).
-fn fsync_probe(n: usize) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+/// 4 KiB and `fdatasync`, into three files prepared differently (see [`Probe`]).
+fn fsync_probe(n: usize) -> anyhow::Result<Probe> {
     use std::io::{Seek, SeekFrom, Write};
     let dir = tempfile::Builder::new().prefix("sbench-probe-").tempdir()?;
     let block = [0x5au8; 4096];
@@ -1038,7 +1048,20 @@ fn fsync_probe(n: usize) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
     f.set_len((n * block.len()) as u64)?;
     f.sync_all()?;
     let sparse = timed(&mut f)?;
-    Ok((overwrite, sparse))
+    let mut f = std::fs::File::create(dir.path().join("fallocated"))?;
+    rustix::fs::fallocate(
+        &f,
+        rustix::fs::FallocateFlags::empty(),
+        0,
+        (n * block.len()) as u64,
+    )?;
+    f.sync_all()?;
+    let fallocated = timed(&mut f)?;
+    Ok(Probe {
+        overwrite,
+        sparse,
+        fallocated,
+    })
 }
 
 async fn sync(cli: &Cli) -> anyhow::Result<()> {
@@ -1051,8 +1074,13 @@ async fn sync(cli: &Cli) -> anyhow::Result<()> {
     let mut p50s: HashMap<Target, Vec<f64>> = HashMap::new();
     let mut probe50 = Vec::new();
     let mut sparse50 = Vec::new();
+    let mut falloc50 = Vec::new();
     for run in 0..cli.runs {
-        let (mut probe, mut sparse) = tokio::task::spawn_blocking({
+        let Probe {
+            overwrite: mut probe,
+            mut sparse,
+            mut fallocated,
+        } = tokio::task::spawn_blocking({
             let n = cli.sync_puts.min(1000);
             move || fsync_probe(n)
         })
@@ -1069,6 +1097,12 @@ async fn sync(cli: &Cli) -> anyhow::Result<()> {
             "disk fdatasync (sparse append)"
         );
         sparse50.push(s50);
+        let (f50, f99, _, fmax) = dist(&mut fallocated);
+        println!(
+            "run {run} {:<30} p50 {f50:>7.3} ms  p99 {f99:>7.3} ms  max {fmax:>7.3} ms",
+            "disk fdatasync (fallocated)"
+        );
+        falloc50.push(f50);
         for &t in &targets {
             let server = Server::start(cli, t).await?;
             let mut c = Conn::connect(server.addr).await?;
@@ -1108,6 +1142,13 @@ async fn sync(cli: &Cli) -> anyhow::Result<()> {
         median(&mut sparse50.clone()),
         median(&mut r),
         fmt_all(&sparse50, 3)
+    );
+    let mut r: Vec<f64> = falloc50.iter().zip(&probe50).map(|(a, b)| a / b).collect();
+    println!(
+        "| disk fdatasync, 4 KiB into fallocated (unwritten) extents | {:.3} | {:.2}× | {} |",
+        median(&mut falloc50.clone()),
+        median(&mut r),
+        fmt_all(&falloc50, 3)
     );
     for &t in &targets {
         let v = p50s.get(&t).cloned().unwrap_or_default();

@@ -235,3 +235,32 @@ fn a_ticket_future_is_woken_by_the_committer() {
     assert!(matches!(fut.as_mut().poll(&mut cx), Poll::Ready(Ok(()))));
     assert!(store.get(1).unwrap().is_some());
 }
+
+/// The committer thread spins briefly after each commit and then parks: a submit that lands
+/// while it spins, just after it gave up spinning, or while it parks must each be committed
+/// (a lost wake-up would leave `wait` blocked forever and the test would never finish). One
+/// client at a time, with pauses spread around the spin time, walks those windows; every
+/// acknowledged batch is then checked in the store.
+#[test]
+fn a_submit_around_the_committer_parking_is_never_lost() {
+    let store = GroupCommit::with_thread(MemStore::new()).unwrap();
+    let mut pause_ns = 0u64;
+    for id in 0..2_000u64 {
+        store.commit(&[Change::Put(ready(id, "t"))]).unwrap();
+        // 0 to ~120 µs in uneven steps: before, across and after the 50 µs spin.
+        pause_ns = (pause_ns + 7_919) % 120_000;
+        std::thread::sleep(std::time::Duration::from_nanos(pause_ns));
+    }
+    for id in 0..2_000u64 {
+        assert!(
+            store.get(id).unwrap().is_some(),
+            "job {id} acknowledged but missing"
+        );
+    }
+    let stats = store.stats();
+    assert_eq!(stats.caller_commits, 2_000);
+    assert_eq!(
+        stats.store_commits, 2_000,
+        "one client at a time: one commit per batch"
+    );
+}
