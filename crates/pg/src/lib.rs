@@ -52,9 +52,11 @@ use tickwheel_queue::{Change, DurableState, JobId, JobRecord, TubeName, FOREIGN_
 use tickwheel_store::{validate, Recovered, Store, StoreError};
 
 mod lock;
+mod node;
 mod schema;
 
 pub use lock::ActiveLock;
+pub use node::{Claimed, Node, TubeCounts, NODE_ID_BLOCK};
 pub use schema::{migrate, SchemaName, SCHEMA_VERSION};
 
 /// How to reach the database.
@@ -138,8 +140,26 @@ const COLUMNS: &str =
     "id, tube, priority, ttr_ms, state, until_ms, created_ms, body, idempotency_key";
 
 impl Sql {
-    fn new(schema: &SchemaName) -> Sql {
+    /// `announce`: the commit also NOTIFYs `<schema>_ready` with the ids it puts (active-active
+    /// nodes adopt them into their engines), in the same transaction.
+    fn new(schema: &SchemaName, announce: bool) -> Sql {
         let s = schema.as_str();
+        let (note, result) = if announce {
+            (
+                format!(
+                    ", note AS (
+                         SELECT pg_notify('{}', string_agg(id::text, ',')) FROM (
+                             SELECT id, (row_number() OVER () - 1) / 300 AS g
+                             FROM unnest($1::bigint[]) AS id
+                         ) x GROUP BY g
+                     )",
+                    schema.ready_channel()
+                ),
+                "SELECT (SELECT count(*) FROM note)",
+            )
+        } else {
+            (String::new(), "SELECT 1")
+        };
         Sql {
             // The whole group commit in one statement (one round trip, one implicit
             // transaction): the data-modifying CTEs touch disjoint rows (the batch is folded
@@ -166,8 +186,8 @@ impl Sql {
                  ), ids AS (
                      UPDATE {s}.meta SET value = greatest(value, $14::bigint)
                      WHERE key = 'next_id' AND $14::bigint IS NOT NULL
-                 )
-                 SELECT 1"
+                 ){note}
+                 {result}"
             ),
             resident: format!(
                 "SELECT {COLUMNS} FROM {s}.jobs WHERE NOT (state = 1 AND until_ms >= $1)
@@ -259,12 +279,22 @@ impl PgStore {
         migrate(&mut client, &options.schema)?;
         drop(client);
         Ok(PgStore {
-            sql: Sql::new(&options.schema),
+            sql: Sql::new(&options.schema, false),
             options: options.clone(),
             commit: Mutex::new(None),
             read: Mutex::new(None),
             reachable: AtomicBool::new(true),
         })
+    }
+
+    /// The store of an active-active node ([`Node`]): every commit also announces the ids it
+    /// puts on [`SchemaName::ready_channel`], in the same transaction, so the other nodes adopt
+    /// the jobs (a rolled-back commit announces nothing).
+    #[must_use]
+    pub fn announcing_puts(mut self) -> PgStore {
+        self.sql = Sql::new(&self.options.schema, true);
+        *self.commit.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
+        self
     }
 
     /// The options it was opened with.
@@ -431,6 +461,9 @@ impl PgStore {
                 until: u64::try_from(until).map_err(|_| bad("negative until_ms"))?,
             },
             2 => DurableState::Buried,
+            // Reserved by a node (active-active): a reservation is not durable in the
+            // engine's terms; a claim by primary key decides who holds it.
+            3 => DurableState::Ready,
             _ => return Err(bad("unknown state")),
         };
         Ok(JobRecord {
