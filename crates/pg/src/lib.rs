@@ -56,7 +56,7 @@ mod node;
 mod schema;
 
 pub use lock::ActiveLock;
-pub use node::{Claimed, Node, TubeCounts, NODE_ID_BLOCK};
+pub use node::{Claimed, Claims, Lost, Node, TubeCounts, NODE_ID_BLOCK};
 pub use schema::{migrate, SchemaName, SCHEMA_VERSION};
 
 /// How to reach the database.
@@ -116,6 +116,18 @@ pub struct PgStore {
     read: Mutex<Option<Client>>,
     /// False from a commit that failed on a broken connection until one succeeds again.
     reachable: AtomicBool,
+    /// The node's clock in Unix ms (shared mode: due times are moved from it onto the
+    /// database's clock at commit).
+    node_clock: NodeClock,
+}
+
+/// A node's clock, Unix ms.
+type NodeClock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+fn system_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl std::fmt::Debug for PgStore {
@@ -140,11 +152,13 @@ const COLUMNS: &str =
     "id, tube, priority, ttr_ms, state, until_ms, created_ms, body, idempotency_key";
 
 impl Sql {
-    /// `announce`: the commit also NOTIFYs `<schema>_ready` with the ids it puts (active-active
-    /// nodes adopt them into their engines), in the same transaction.
-    fn new(schema: &SchemaName, announce: bool) -> Sql {
+    /// `shared`: the statement of an active-active node ([`PgStore::shared`]): the commit
+    /// also NOTIFYs `<schema>_ready` with the ids it puts, moves delayed due times onto the
+    /// database clock, and leaves alone the rows another node's client holds under a live
+    /// lease. Otherwise (one active node) the statement is the phase-1 one.
+    fn new(schema: &SchemaName, shared: bool) -> Sql {
         let s = schema.as_str();
-        let (note, result) = if announce {
+        let (note, result, offset, free) = if shared {
             (
                 format!(
                     ", note AS (
@@ -156,33 +170,53 @@ impl Sql {
                     schema.ready_channel()
                 ),
                 "SELECT (SELECT count(*) FROM note)",
+                // $16 is the node's clock when it sent the commit: a due time of the node's
+                // clock plus (database clock − node clock) is the same delay on the database
+                // clock, never shorter (the round trip only adds to it).
+                format!("{s}.now_ms() - $16::bigint"),
+                // Not held by anyone under a live lease (a holder acts through Node first).
+                format!("NOT (j.state = 3 AND j.lease_until_ms > {s}.now_ms())"),
             )
         } else {
-            (String::new(), "SELECT 1")
+            (
+                String::new(),
+                "SELECT 1",
+                "0 * $16::bigint".to_owned(),
+                "true".to_owned(),
+            )
         };
         Sql {
             // The whole group commit in one statement (one round trip, one implicit
             // transaction): the data-modifying CTEs touch disjoint rows (the batch is folded
             // to one change per id first).
             commit: format!(
-                "WITH up AS (
-                     INSERT INTO {s}.jobs ({COLUMNS})
-                     SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[],
-                                          $5::smallint[], $6::bigint[], $7::bigint[], $8::bytea[],
-                                          $15::text[])
+                "WITH off AS MATERIALIZED (SELECT {offset} AS d), up AS (
+                     INSERT INTO {s}.jobs AS j ({COLUMNS})
+                     SELECT u.id, u.tube, u.priority, u.ttr, u.state,
+                            CASE WHEN u.state = 1 THEN u.until_ms + off.d ELSE u.until_ms END,
+                            u.created, u.body, u.key
+                     FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[],
+                                 $5::smallint[], $6::bigint[], $7::bigint[], $8::bytea[],
+                                 $15::text[])
+                          AS u(id, tube, priority, ttr, state, until_ms, created, body, key),
+                          off
                      ON CONFLICT (id) DO UPDATE SET tube = excluded.tube,
                          priority = excluded.priority, ttr_ms = excluded.ttr_ms,
                          state = excluded.state, until_ms = excluded.until_ms,
                          created_ms = excluded.created_ms, body = excluded.body,
-                         idempotency_key = excluded.idempotency_key
+                         idempotency_key = excluded.idempotency_key,
+                         holder = NULL, lease_until_ms = NULL
+                     WHERE {free}
                  ), upd AS (
-                     UPDATE {s}.jobs j SET state = u.state, until_ms = u.until_ms,
-                         priority = u.priority
+                     UPDATE {s}.jobs j SET state = u.state,
+                         until_ms = CASE WHEN u.state = 1 THEN u.until_ms + off.d
+                                         ELSE u.until_ms END,
+                         priority = u.priority, holder = NULL, lease_until_ms = NULL
                      FROM unnest($9::bigint[], $10::smallint[], $11::bigint[], $12::bigint[])
-                         AS u(id, state, until_ms, priority)
-                     WHERE j.id = u.id
+                         AS u(id, state, until_ms, priority), off
+                     WHERE j.id = u.id AND {free}
                  ), del AS (
-                     DELETE FROM {s}.jobs WHERE id = ANY($13::bigint[])
+                     DELETE FROM {s}.jobs j WHERE j.id = ANY($13::bigint[]) AND {free}
                  ), ids AS (
                      UPDATE {s}.meta SET value = greatest(value, $14::bigint)
                      WHERE key = 'next_id' AND $14::bigint IS NOT NULL
@@ -284,16 +318,34 @@ impl PgStore {
             commit: Mutex::new(None),
             read: Mutex::new(None),
             reachable: AtomicBool::new(true),
+            node_clock: Arc::new(system_ms),
         })
     }
 
-    /// The store of an active-active node ([`Node`]): every commit also announces the ids it
-    /// puts on [`SchemaName::ready_channel`], in the same transaction, so the other nodes adopt
-    /// the jobs (a rolled-back commit announces nothing).
+    /// The store of an active-active node ([`Node`]), in three ways:
+    ///
+    /// - every commit also announces the ids it puts on [`SchemaName::ready_channel`], in the
+    ///   same transaction, so the other nodes adopt the jobs (nothing uncommitted is
+    ///   announced);
+    /// - delayed due times are moved onto the database clock: `until` (node clock) plus the
+    ///   database clock minus the node's clock at the commit ([`PgStore::with_node_clock`]),
+    ///   so a node whose clock is behind cannot make a job due early by the database clock;
+    /// - updates and deletes leave alone a row held under a live lease (state 3): a holder
+    ///   acts through [`Node::release`], [`Node::delete`], … first, and a stale engine cannot
+    ///   undo another node's claim.
     #[must_use]
-    pub fn announcing_puts(mut self) -> PgStore {
+    pub fn shared(mut self) -> PgStore {
         self.sql = Sql::new(&self.options.schema, true);
         *self.commit.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
+        self
+    }
+
+    /// Reads the node's clock (Unix ms) from `clock` instead of the system clock: the clock
+    /// the node's engine computes due times with (a server under a manual clock, or a test
+    /// that plays a node whose clock is off).
+    #[must_use]
+    pub fn with_node_clock(mut self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> PgStore {
+        self.node_clock = Arc::new(clock);
         self
     }
 
@@ -437,6 +489,7 @@ impl PgStore {
                 &deleted,
                 &ids_end,
                 &up_key,
+                &big((self.node_clock)()),
             ],
         )?;
         Ok(())

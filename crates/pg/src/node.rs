@@ -52,6 +52,42 @@ pub struct Claimed {
     pub lease_until_ms: u64,
 }
 
+/// What [`Node::claim`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Claims {
+    /// The claims that won.
+    pub won: Vec<Claimed>,
+    /// The others, and why (from the state the claim saw).
+    pub lost: Vec<(JobId, Lost)>,
+}
+
+/// Why a claim lost, which tells a node what to do with the job in its cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lost {
+    /// No such job: drop it.
+    Gone,
+    /// Another holder has it under a live lease: drop it (it is announced again if it comes
+    /// back: release, lease expiry).
+    Held {
+        /// The lease's end, database clock (Unix ms).
+        lease_until_ms: u64,
+    },
+    /// Delayed and not due yet by the database clock: keep it, try again then.
+    NotDue {
+        /// The due time, database clock (Unix ms).
+        until_ms: u64,
+    },
+    /// Buried (by another node): drop it from the ready jobs.
+    Buried,
+    /// Its tube is paused cluster-wide.
+    Paused {
+        /// The pause's end, database clock (Unix ms).
+        until_ms: u64,
+    },
+    /// Another claim (another node, or another entry of the same batch) or change won.
+    Taken,
+}
+
 /// Cluster-wide counts of one tube's jobs, by the database clock.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TubeCounts {
@@ -126,15 +162,26 @@ impl NodeSql {
             // `t.now` is read once, before any row lock wait: after a wait the row is checked
             // again (READ COMMITTED re-evaluates the WHERE on the new version) against that
             // earlier time, which can only make a job look less due, never early.
+            // The main query reads the snapshot from before the UPDATE (a statement does not
+            // see its own CTEs' writes), which says why a claim lost.
             claim: format!(
-                "WITH t AS MATERIALIZED (SELECT {s}.now_ms() AS now)
-                 UPDATE {s}.jobs j SET state = 3, holder = c.holder,
-                     lease_until_ms = t.now + j.ttr_ms
-                 FROM unnest($1::bigint[], $2::bigint[]) AS c(id, holder), t
-                 WHERE j.id = c.id AND {ready}
-                   AND NOT EXISTS (SELECT 1 FROM {s}.tubes p
-                                   WHERE p.name = j.tube AND p.paused_until_ms > t.now)
-                 RETURNING j.id, j.holder, t.now, j.lease_until_ms"
+                "WITH t AS MATERIALIZED (SELECT {s}.now_ms() AS now),
+                 c AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS c(id, holder)),
+                 w AS (
+                     UPDATE {s}.jobs j SET state = 3, holder = c.holder,
+                         lease_until_ms = t.now + j.ttr_ms
+                     FROM c, t
+                     WHERE j.id = c.id AND {ready}
+                       AND NOT EXISTS (SELECT 1 FROM {s}.tubes p
+                                       WHERE p.name = j.tube AND p.paused_until_ms > t.now)
+                     RETURNING j.id, j.holder, j.lease_until_ms
+                 )
+                 SELECT c.id, c.holder, t.now, w.holder, w.lease_until_ms,
+                        j.state, j.until_ms, j.lease_until_ms, p.paused_until_ms
+                 FROM c CROSS JOIN t
+                 LEFT JOIN w ON w.id = c.id
+                 LEFT JOIN {s}.jobs j ON j.id = c.id
+                 LEFT JOIN {s}.tubes p ON p.name = j.tube"
             ),
             // beanstalkd: anyone may delete a job that is not reserved; a reserved one only
             // its holder.
@@ -301,26 +348,52 @@ impl Node {
 
     /// Claims each `(job, holder)` whose job is ready by the database clock (ready; delayed
     /// and due; or reserved under a lapsed lease) and whose tube is not paused, in one
-    /// statement. Returns the claims that won, in no particular order; a job asked for twice
-    /// is claimed at most once.
+    /// statement. Returns the claims that won and, for the others, why they lost; a job asked
+    /// for twice is claimed at most once.
     ///
     /// # Errors
     ///
     /// Database errors. After a broken connection the outcome is unknown: a claim that did
     /// commit is released by its lease's expiry.
-    pub fn claim(&self, wanted: &[(JobId, i64)]) -> Result<Vec<Claimed>, PgError> {
+    pub fn claim(&self, wanted: &[(JobId, i64)]) -> Result<Claims, PgError> {
         let ids: Vec<i64> = wanted.iter().map(|(id, _)| big(*id)).collect();
         let holders: Vec<i64> = wanted.iter().map(|(_, h)| *h).collect();
         let rows = self.with(|c| c.query(&self.sql.claim, &[&ids, &holders]))?;
-        Ok(rows
-            .iter()
-            .map(|r| Claimed {
-                id: unsigned(r.get(0)),
-                holder: r.get(1),
-                at_ms: unsigned(r.get(2)),
-                lease_until_ms: unsigned(r.get(3)),
-            })
-            .collect())
+        let mut claims = Claims::default();
+        let mut seen = std::collections::HashSet::new();
+        for r in &rows {
+            let id = unsigned(r.get(0));
+            let asked: i64 = r.get(1);
+            let now = unsigned(r.get(2));
+            let winner: Option<i64> = r.get(3);
+            if winner == Some(asked) && seen.insert(id) {
+                claims.won.push(Claimed {
+                    id,
+                    holder: asked,
+                    at_ms: now,
+                    lease_until_ms: r.get::<_, Option<i64>>(4).map_or(0, unsigned),
+                });
+                continue;
+            }
+            let state: Option<i16> = r.get(5);
+            let until = r.get::<_, Option<i64>>(6).map_or(0, unsigned);
+            let lease = r.get::<_, Option<i64>>(7).map_or(0, unsigned);
+            let paused = r.get::<_, Option<i64>>(8).map_or(0, unsigned);
+            let why = match state {
+                None => Lost::Gone,
+                Some(_) if winner.is_some() => Lost::Taken,
+                Some(3) if lease > now => Lost::Held {
+                    lease_until_ms: lease,
+                },
+                Some(2) => Lost::Buried,
+                Some(1) if until > now => Lost::NotDue { until_ms: until },
+                Some(_) if paused > now => Lost::Paused { until_ms: paused },
+                // Ready in the snapshot, but another claim or change committed first.
+                Some(_) => Lost::Taken,
+            };
+            claims.lost.push((id, why));
+        }
+        Ok(claims)
     }
 
     /// Deletes `id` unless someone other than `holder` holds it under a live lease. False:

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls};
-use tickwheel_pg::{Node, PgOptions, PgStore, NODE_ID_BLOCK};
+use tickwheel_pg::{Lost, Node, PgOptions, PgStore, NODE_ID_BLOCK};
 use tickwheel_queue::{Change, DurableState, JobRecord, TubeName};
 use tickwheel_store::Store;
 use tickwheel_testkit::pg::{cluster_for_test, Cluster};
@@ -82,7 +82,7 @@ fn a_put_on_one_node_is_claimed_through_another_and_only_the_holder_acts_on_it()
     assert!(a.ids().start > 41 && b.ids().start > 41, "{a:?} {b:?}");
     assert!(a.ids().end <= b.ids().start || b.ids().end <= a.ids().start);
     assert_eq!(a.ids().end - a.ids().start, NODE_ID_BLOCK);
-    let store_a = PgStore::open(&options).expect("open").announcing_puts();
+    let store_a = PgStore::open(&options).expect("open").shared();
     let mut listen_b = Client::connect(&cluster.url(), NoTls).expect("connect");
     listen_b
         .batch_execute("LISTEN tickwheel_ready")
@@ -94,16 +94,19 @@ fn a_put_on_one_node_is_claimed_through_another_and_only_the_holder_acts_on_it()
 
     let (ha, hb) = (a.holder(1), b.holder(1));
     assert_ne!(ha, hb);
-    let won = b.claim(&[(id, hb)]).expect("claim");
+    let won = b.claim(&[(id, hb)]).expect("claim").won;
     assert_eq!(won.len(), 1);
     assert_eq!((won[0].id, won[0].holder), (id, hb));
     assert_eq!(won[0].lease_until_ms, won[0].at_ms + 60_000);
+    let lost = a.claim(&[(id, ha)]).expect("claim");
     assert!(
-        a.claim(&[(id, ha)]).expect("claim").is_empty(),
-        "one holder"
+        matches!(&lost.lost[..], [(i, Lost::Held { lease_until_ms })]
+            if *i == id && *lease_until_ms == won[0].lease_until_ms),
+        "{lost:?}"
     );
+    assert!(lost.won.is_empty(), "one holder");
     assert!(
-        b.claim(&[(id, b.holder(2))]).expect("claim").is_empty(),
+        b.claim(&[(id, b.holder(2))]).expect("claim").won.is_empty(),
         "even on one node"
     );
 
@@ -131,11 +134,14 @@ fn a_put_on_one_node_is_claimed_through_another_and_only_the_holder_acts_on_it()
     assert_eq!((counts.ready, counts.urgent, counts.reserved), (1, 1, 0));
 
     // Now A claims it, buries it; kick (from B) brings it back for anyone.
-    assert_eq!(a.claim(&[(id, ha)]).expect("claim").len(), 1);
+    assert_eq!(a.claim(&[(id, ha)]).expect("claim").won.len(), 1);
     assert!(!b.bury(hb, id, 1).expect("bury"));
     assert!(a.bury(ha, id, 2000).expect("bury"));
     assert_eq!(b.tube_counts("t").expect("counts").buried, 1);
-    assert!(b.claim(&[(id, hb)]).expect("claim").is_empty(), "buried");
+    assert_eq!(
+        b.claim(&[(id, hb)]).expect("claim").lost,
+        vec![(id, Lost::Buried)]
+    );
     assert_eq!(b.kick("t", 10).expect("kick"), vec![id]);
     assert!(b.kick("t", 10).expect("kick").is_empty());
     let counts = b.tube_counts("t").expect("counts");
@@ -144,8 +150,11 @@ fn a_put_on_one_node_is_claimed_through_another_and_only_the_holder_acts_on_it()
     // An unreserved job may be deleted by anyone (beanstalkd), once.
     assert!(a.delete(ha, id).expect("delete"));
     assert!(!b.delete(hb, id).expect("delete"));
-    assert!(b.claim(&[(id, hb)]).expect("claim").is_empty(), "gone");
-    assert!(b.claim(&[]).expect("claim").is_empty());
+    assert_eq!(
+        b.claim(&[(id, hb)]).expect("claim").lost,
+        vec![(id, Lost::Gone)]
+    );
+    assert!(b.claim(&[]).expect("claim").won.is_empty());
     a.leave().expect("leave");
     b.heartbeat().expect("heartbeat");
 }
@@ -191,7 +200,7 @@ fn racing_claims_give_every_job_exactly_one_holder() {
                             .iter()
                             .flat_map(|id| [(*id, node.holder(1)), (*id, node.holder(2))])
                             .collect();
-                        for c in node.claim(&wanted).expect("claim") {
+                        for c in node.claim(&wanted).expect("claim").won {
                             mine.push((c.id, c.holder));
                         }
                     }
@@ -244,11 +253,21 @@ fn a_delayed_job_is_claimed_only_when_due_by_the_database_clock_and_pauses_are_c
             job(paused, "p", DurableState::Ready, 5000),
         ],
     );
-    assert!(b.claim(&[(far, b.holder(1))]).expect("claim").is_empty());
+    let lost = b.claim(&[(far, b.holder(1))]).expect("claim");
+    assert!(lost.won.is_empty());
+    assert_eq!(
+        lost.lost,
+        vec![(
+            far,
+            Lost::NotDue {
+                until_ms: now + 3_600_000
+            }
+        )]
+    );
     assert_eq!(b.tube_counts("d").expect("counts").delayed, 2);
     let deadline = Instant::now() + Duration::from_secs(30);
     let claimed = loop {
-        let won = b.claim(&[(near, b.holder(1))]).expect("claim");
+        let won = b.claim(&[(near, b.holder(1))]).expect("claim").won;
         if let Some(c) = won.first() {
             break *c;
         }
@@ -264,20 +283,29 @@ fn a_delayed_job_is_claimed_only_when_due_by_the_database_clock_and_pauses_are_c
         claimed.at_ms,
         now + 300
     );
-    assert!(a.claim(&[(near, a.holder(1))]).expect("claim").is_empty());
+    assert!(a
+        .claim(&[(near, a.holder(1))])
+        .expect("claim")
+        .won
+        .is_empty());
 
     a.pause("p", 3_600_000).expect("pause");
+    let lost = b.claim(&[(paused, b.holder(1))]).expect("claim");
     assert!(
-        b.claim(&[(paused, b.holder(1))]).expect("claim").is_empty(),
-        "paused"
+        matches!(lost.lost[..], [(i, Lost::Paused { until_ms })] if i == paused && until_ms > now),
+        "{lost:?}"
     );
+    assert!(lost.won.is_empty(), "paused");
     let counts = b.tube_counts("p").expect("counts");
     assert!(
         counts.paused_until_ms > now && counts.ready == 1,
         "{counts:?}"
     );
     b.pause("p", 0).expect("unpause");
-    assert_eq!(a.claim(&[(paused, a.holder(1))]).expect("claim").len(), 1);
+    assert_eq!(
+        a.claim(&[(paused, a.holder(1))]).expect("claim").won.len(),
+        1
+    );
 }
 
 /// A node dies holding two jobs: by the database clock, once their leases lapse, one is
@@ -303,6 +331,7 @@ fn a_dead_nodes_reservations_return_at_their_lease_expiry() {
     let leases: HashMap<u64, u64> = a
         .claim(&[(claim_back, ha), (sweep_back, ha)])
         .expect("claim")
+        .won
         .into_iter()
         .map(|c| (c.id, c.lease_until_ms))
         .collect();
@@ -316,7 +345,7 @@ fn a_dead_nodes_reservations_return_at_their_lease_expiry() {
     let deadline = Instant::now() + Duration::from_secs(30);
     let hb = b.holder(1);
     let won = loop {
-        if let Some(c) = b.claim(&[(claim_back, hb)]).expect("claim").first() {
+        if let Some(c) = b.claim(&[(claim_back, hb)]).expect("claim").won.first() {
             break *c;
         }
         assert!(Instant::now() < deadline, "the lease never lapsed");
@@ -356,4 +385,85 @@ fn a_dead_nodes_reservations_return_at_their_lease_expiry() {
     assert!(!b.delete(ha, claim_back).expect("delete"), "b holds it");
     assert!(b.delete(hb, claim_back).expect("delete"));
     assert!(store.get(claim_back).expect("get").is_none());
+}
+
+/// A node whose clock is ten minutes behind the database's puts a job due in 2 s by its own
+/// clock: in the database it is due 2 s after the commit by the database's clock, so no node
+/// can hand it out early. And a stale engine's update or delete (a node that still thinks the
+/// job is ready) cannot undo another node's claim.
+#[test]
+fn node_clock_skew_cannot_make_a_job_due_early_and_stale_writes_leave_claims_alone() {
+    let Some((_cluster, options)) = setup() else {
+        return;
+    };
+    let a = Node::join(&options).expect("join");
+    let b = Node::join(&options).expect("join");
+    const BEHIND: u64 = 600_000;
+    let clock = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis() as u64
+            - BEHIND
+    };
+    let store = PgStore::open(&options)
+        .expect("open")
+        .shared()
+        .with_node_clock(clock);
+    let (delayed, ready) = (a.ids().start, a.ids().start + 1);
+    let before = a.db_now_ms().expect("now");
+    let node_now = clock();
+    put(
+        &store,
+        vec![
+            job(
+                delayed,
+                "skew",
+                DurableState::Delayed {
+                    until: node_now + 2000,
+                },
+                60_000,
+            ),
+            job(ready, "skew", DurableState::Ready, 60_000),
+        ],
+    );
+    let after = a.db_now_ms().expect("now");
+    let Some(DurableState::Delayed { until }) = store.get(delayed).expect("get").map(|r| r.state)
+    else {
+        panic!("still delayed");
+    };
+    assert!(
+        until >= before + 2000 && until <= after + 2000,
+        "due at {until}, database clock {before}..{after} at the commit"
+    );
+    let lost = b.claim(&[(delayed, b.holder(1))]).expect("claim");
+    assert!(
+        lost.won.is_empty(),
+        "early by {} ms",
+        until.saturating_sub(before)
+    );
+
+    // B holds `ready`; A's engine, stale, releases (delays) and deletes it through the commit.
+    assert_eq!(
+        b.claim(&[(ready, b.holder(1))]).expect("claim").won.len(),
+        1
+    );
+    store
+        .commit(&[Change::Update {
+            id: ready,
+            state: DurableState::Delayed { until: 1 },
+            priority: 1,
+        }])
+        .expect("commit");
+    store
+        .commit(&[Change::Delete { id: ready }])
+        .expect("commit");
+    let counts = a.tube_counts("skew").expect("counts");
+    assert_eq!((counts.reserved, counts.delayed), (1, 1), "{counts:?}");
+    // Once B lets go, the same stale writes apply.
+    assert!(b.release(b.holder(1), ready, 5, 0).expect("release"));
+    store
+        .commit(&[Change::Delete { id: ready }])
+        .expect("commit");
+    assert!(store.get(ready).expect("get").is_none());
 }
