@@ -163,8 +163,12 @@ impl Sql {
                 format!(
                     ", note AS (
                          SELECT pg_notify('{}', string_agg(id::text, ',')) FROM (
-                             SELECT id, (row_number() OVER () - 1) / 300 AS g
-                             FROM unnest($1::bigint[]) AS id
+                             SELECT id, (row_number() OVER () - 1) / 300 AS g FROM (
+                                 SELECT id FROM unnest($1::bigint[]) AS id
+                                 UNION ALL
+                                 SELECT u.id FROM unnest($9::bigint[], $10::smallint[])
+                                     AS u(id, state) WHERE u.state = 0
+                             ) ids
                          ) x GROUP BY g
                      )",
                     schema.ready_channel()
@@ -324,9 +328,9 @@ impl PgStore {
 
     /// The store of an active-active node ([`Node`]), in three ways:
     ///
-    /// - every commit also announces the ids it puts on [`SchemaName::ready_channel`], in the
-    ///   same transaction, so the other nodes adopt the jobs (nothing uncommitted is
-    ///   announced);
+    /// - every commit also announces the ids it puts or makes ready (kicks) on
+    ///   [`SchemaName::ready_channel`], in the same transaction, so the other nodes adopt the
+    ///   jobs (nothing uncommitted is announced);
     /// - delayed due times are moved onto the database clock: `until` (node clock) plus the
     ///   database clock minus the node's clock at the commit ([`PgStore::with_node_clock`]),
     ///   so a node whose clock is behind cannot make a job due early by the database clock;

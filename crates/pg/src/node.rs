@@ -129,6 +129,7 @@ struct NodeSql {
     delete: String,
     release: String,
     bury: String,
+    release_all: String,
     touch: String,
     kick: String,
     expire: String,
@@ -196,6 +197,15 @@ impl NodeSql {
                          until_ms = CASE WHEN $4::bigint > 0 THEN {s}.now_ms() + $4 ELSE 0 END,
                          priority = $3, holder = NULL, lease_until_ms = NULL
                      WHERE j.id = $1 AND {held}
+                     RETURNING j.id
+                 ) {}",
+                announce("r")
+            ),
+            release_all: format!(
+                "WITH r AS (
+                     UPDATE {s}.jobs j SET state = 0, holder = NULL, lease_until_ms = NULL
+                     WHERE j.state = 3 AND j.holder = ANY($1::bigint[])
+                       AND j.lease_until_ms > {s}.now_ms()
                      RETURNING j.id
                  ) {}",
                 announce("r")
@@ -427,6 +437,17 @@ impl Node {
             )
         })?;
         Ok(!ids_of(&rows).is_empty())
+    }
+
+    /// Returns every job the `holders` hold to ready and announces them (a client hung up:
+    /// beanstalkd makes its reserved jobs ready at once). Returns their ids.
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn release_all(&self, holders: &[i64]) -> Result<Vec<JobId>, PgError> {
+        let rows = self.with(|c| c.query(&self.sql.release_all, &[&holders]))?;
+        Ok(ids_of(&rows))
     }
 
     /// Buries a job `holder` holds. False if it does not hold it.

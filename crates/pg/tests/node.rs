@@ -147,6 +147,28 @@ fn a_put_on_one_node_is_claimed_through_another_and_only_the_holder_acts_on_it()
     let counts = b.tube_counts("t").expect("counts");
     assert_eq!((counts.ready, counts.urgent, counts.buried), (1, 0, 0));
 
+    // An engine's kick through the shared commit is announced too.
+    assert_eq!(a.claim(&[(id, ha)]).expect("claim").won.len(), 1);
+    assert!(a.bury(ha, id, 2000).expect("bury"));
+    store_a
+        .commit(&[Change::Update {
+            id,
+            state: DurableState::Ready,
+            priority: 2000,
+        }])
+        .expect("commit");
+    assert!(heard(&mut listen_b, id, Duration::from_secs(10)).contains(&id));
+
+    // A client hangs up: what it held is ready again at once (and announced).
+    assert_eq!(b.claim(&[(id, hb)]).expect("claim").won.len(), 1);
+    assert_eq!(
+        a.release_all(&[ha]).expect("release all"),
+        Vec::<u64>::new()
+    );
+    assert_eq!(b.release_all(&[hb, ha]).expect("release all"), vec![id]);
+    assert!(heard(&mut listen_b, id, Duration::from_secs(10)).contains(&id));
+    assert_eq!(b.tube_counts("t").expect("counts").ready, 1);
+
     // An unreserved job may be deleted by anyone (beanstalkd), once.
     assert!(a.delete(ha, id).expect("delete"));
     assert!(!b.delete(hb, id).expect("delete"));
