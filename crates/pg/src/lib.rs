@@ -69,6 +69,10 @@ pub struct PgOptions {
     /// How long a commit keeps retrying on broken connections before it fails (and the group
     /// commit poisons). Default 30 s.
     pub retry: Duration,
+    /// Several nodes serve the schema at once (ADR 0008 phase 2; `--postgres-mode
+    /// active-active`): each claims jobs in the database ([`Node`]). Off (the default), one
+    /// node serves and the others wait as standbys ([`ActiveLock`]).
+    pub active_active: bool,
 }
 
 impl PgOptions {
@@ -78,6 +82,7 @@ impl PgOptions {
             url: url.into(),
             schema: SchemaName::default_name(),
             retry: Duration::from_secs(30),
+            active_active: false,
         }
     }
 }
@@ -553,6 +558,23 @@ impl PgStore {
 }
 
 impl PgStore {
+    /// The rows of `ids` that no client holds under a live lease (what an active-active node
+    /// adopts when they are announced), in id order.
+    ///
+    /// # Errors
+    ///
+    /// Database errors; [`StoreError::Corrupt`] for a row that does not decode.
+    pub fn get_free(&self, ids: &[JobId]) -> Result<Vec<JobRecord>, StoreError> {
+        let s = self.options.schema.as_str();
+        let sql = format!(
+            "SELECT {COLUMNS} FROM {s}.jobs WHERE id = ANY($1::bigint[])
+               AND NOT (state = 3 AND lease_until_ms > {s}.now_ms()) ORDER BY id"
+        );
+        let ids: Vec<i64> = ids.iter().map(|id| big(*id)).collect();
+        let rows = self.read_with(|c| c.query(&sql, &[&ids]))?;
+        rows.iter().map(|r| self.decode(r)).collect()
+    }
+
     /// Which of `ids` have a row (the rest were deleted).
     ///
     /// # Errors

@@ -55,6 +55,8 @@ pub struct Claimed {
 /// What [`Node::claim`] found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Claims {
+    /// The database clock when the claim ran (Unix ms; 0 if nothing was asked).
+    pub at_ms: u64,
     /// The claims that won.
     pub won: Vec<Claimed>,
     /// The others, and why (from the state the claim saw).
@@ -375,6 +377,7 @@ impl Node {
             let id = unsigned(r.get(0));
             let asked: i64 = r.get(1);
             let now = unsigned(r.get(2));
+            claims.at_ms = now;
             let winner: Option<i64> = r.get(3);
             if winner == Some(asked) && seen.insert(id) {
                 claims.won.push(Claimed {

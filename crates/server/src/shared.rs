@@ -77,6 +77,9 @@ pub(crate) struct Shared {
     pub(crate) metrics: Metrics,
     /// Writes are being refused because the database is unreachable (PostgreSQL backend).
     unreachable: AtomicBool,
+    /// Set when the node serves a PostgreSQL schema beside other nodes (active-active):
+    /// reserves are claimed in the database, holder-checked commands run there first.
+    pub(crate) active: std::sync::OnceLock<Arc<crate::cluster::active::Active>>,
 }
 
 impl Shared {
@@ -126,6 +129,7 @@ impl Shared {
             low_space: AtomicBool::new(false),
             metrics,
             unreachable: AtomicBool::new(false),
+            active: std::sync::OnceLock::new(),
         })
     }
 
