@@ -216,15 +216,19 @@ fn watch(
     let wait = if active.is_some() { SWEEP } else { POLL };
     let mut listener: Option<Client> = None;
     let mut rounds: u64 = 0;
+    let mut swept = std::time::Instant::now();
+    let mut polled = std::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        rounds += 1;
-        if let Some(active) = &active {
+        if let Some(active) = active.as_ref().filter(|_| swept.elapsed() >= SWEEP) {
+            swept = std::time::Instant::now();
+            rounds += 1;
             // Lapsed leases (a dead node's too) back to ready; announced, so every node
             // (this one included) adopts them below or in the next round.
             if let Err(error) = active.node.expire(300) {
                 tracing::warn!(%error, "cannot sweep lapsed leases");
             }
             if rounds.is_multiple_of(5) {
+                // About once a second.
                 if let Err(error) = active.node.heartbeat() {
                     tracing::warn!(%error, "cannot record this node's heartbeat");
                 }
@@ -255,7 +259,13 @@ fn watch(
         if let Some(client) = listener.as_mut() {
             let mut notes = client.notifications();
             let mut it = notes.timeout_iter(wait);
+            // Active-active: hand what arrived to the engine (and sweep) at least every 20 ms
+            // while notifications keep coming, every SWEEP when none do.
+            let collecting = std::time::Instant::now();
             loop {
+                if active.is_some() && collecting.elapsed() >= Duration::from_millis(20) {
+                    break;
+                }
                 match it.next() {
                     Ok(Some(note)) => {
                         if note.channel() == ready_channel {
@@ -319,10 +329,13 @@ fn watch(
             }
         }
         // The fallback: SQL puts above the largest id seen (a notification lost with a broken
-        // LISTEN connection).
-        match store.foreign_after(adopted.largest, 1000) {
-            Ok(more) => records.extend(more),
-            Err(error) => tracing::warn!(%error, "cannot poll for jobs put by SQL"),
+        // LISTEN connection); an active-active node's rounds are shorter, it polls every POLL.
+        if active.is_none() || polled.elapsed() >= POLL {
+            polled = std::time::Instant::now();
+            match store.foreign_after(adopted.largest, 1000) {
+                Ok(more) => records.extend(more),
+                Err(error) => tracing::warn!(%error, "cannot poll for jobs put by SQL"),
+            }
         }
         records.retain(|r| adopted.first_time(r.id));
         adopted.prune(store);
