@@ -56,7 +56,7 @@ mod node;
 mod schema;
 
 pub use lock::ActiveLock;
-pub use node::{Claimed, Claims, Lost, Node, TubeCounts, NODE_ID_BLOCK};
+pub use node::{Claimed, Claims, Lost, Node, TubeCounts, NODE_CONNECTIONS, NODE_ID_BLOCK};
 pub use schema::{migrate, SchemaName, SCHEMA_VERSION};
 
 /// How to reach the database.

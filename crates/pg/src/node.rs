@@ -107,13 +107,19 @@ pub struct TubeCounts {
     pub paused_until_ms: u64,
 }
 
-/// One node of a schema served by several at once: its id, its block of job ids, and a
-/// connection for claims and the holder-checked commands (reconnected when it breaks).
+/// Connections a [`Node`] keeps for claims and holder-checked commands: that many run at
+/// once (each is one round trip; a reserve on a busy node waits for a free one).
+pub const NODE_CONNECTIONS: usize = 8;
+
+/// One node of a schema served by several at once: its id, its block of job ids, and
+/// [`NODE_CONNECTIONS`] connections for claims and the holder-checked commands (opened when
+/// first needed, reopened when they break).
 pub struct Node {
     options: PgOptions,
     id: i64,
     ids: Range<u64>,
-    client: Mutex<Option<Client>>,
+    clients: Vec<Mutex<Option<Client>>>,
+    next: std::sync::atomic::AtomicUsize,
     sql: NodeSql,
 }
 
@@ -316,7 +322,10 @@ impl Node {
             options: options.clone(),
             id,
             ids: unsigned(from)..unsigned(to),
-            client: Mutex::new(Some(client)),
+            clients: std::iter::once(Mutex::new(Some(client)))
+                .chain((1..NODE_CONNECTIONS).map(|_| Mutex::new(None)))
+                .collect(),
+            next: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -337,8 +346,17 @@ impl Node {
         (self.id << 32) | i64::try_from(client & 0x7fff_ffff).unwrap_or(0)
     }
 
+    /// A free connection if there is one, else the next in turn (waiting for it).
     fn connection(&self) -> Result<MutexGuard<'_, Option<Client>>, postgres::Error> {
-        let mut guard = self.client.lock().unwrap_or_else(|p| p.into_inner());
+        let start = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let n = self.clients.len();
+        let free = (0..n).find_map(|i| self.clients[(start + i) % n].try_lock().ok());
+        let mut guard = match free {
+            Some(guard) => guard,
+            None => self.clients[start % n]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        };
         if guard.as_ref().is_none_or(Client::is_closed) {
             *guard = Some(Client::connect(&self.options.url, NoTls)?);
         }

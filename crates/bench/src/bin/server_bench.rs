@@ -124,6 +124,13 @@ enum Target {
     /// tickwheel-server --postgres URL: a fresh database on a throw-away PostgreSQL cluster
     /// (Debian's postgresql, same machine, loopback; default settings, fsync on).
     TwPg,
+    /// 1 node of tickwheel-server --postgres URL --postgres-mode active-active.
+    TwPgAa1,
+    /// 2 active-active nodes on one fresh database; the throughput workload spreads the
+    /// connections over them (other workloads use the first node).
+    TwPgAa2,
+    /// 3 active-active nodes on one fresh database (as tw-pg-aa2).
+    TwPgAa3,
 }
 
 impl Target {
@@ -139,6 +146,18 @@ impl Target {
             Target::BsNofsync => "beanstalkd -b -F",
             Target::BsMem => "beanstalkd (in memory)",
             Target::TwPg => "tickwheel --postgres (1 node)",
+            Target::TwPgAa1 => "tickwheel pg active-active, 1 node",
+            Target::TwPgAa2 => "tickwheel pg active-active, 2 nodes",
+            Target::TwPgAa3 => "tickwheel pg active-active, 3 nodes",
+        }
+    }
+
+    /// Server processes the target runs.
+    fn nodes(self) -> usize {
+        match self {
+            Target::TwPgAa2 => 2,
+            Target::TwPgAa3 => 3,
+            _ => 1,
         }
     }
 
@@ -151,6 +170,9 @@ impl Target {
                 | Target::TwNofsync
                 | Target::TwMem
                 | Target::TwPg
+                | Target::TwPgAa1
+                | Target::TwPgAa2
+                | Target::TwPgAa3
         )
     }
 }
@@ -159,6 +181,10 @@ impl Target {
 struct Server {
     child: Child,
     addr: SocketAddr,
+    /// Every node's address (`addr` first); more than one for the multi-node targets.
+    addrs: Vec<SocketAddr>,
+    /// The other nodes' processes.
+    others: Vec<Server>,
     _dir: tempfile::TempDir,
     log: PathBuf,
 }
@@ -166,17 +192,33 @@ struct Server {
 impl Server {
     async fn start(cli: &Cli, target: Target) -> anyhow::Result<Server> {
         let dir = tempfile::Builder::new().prefix("sbench-").tempdir()?;
+        let port = free_port()?;
+        let pg_url = match target {
+            Target::TwPg | Target::TwPgAa1 | Target::TwPgAa2 | Target::TwPgAa3 => pg_database()?,
+            _ => String::new(),
+        };
+        let mut server = Server::start_one(cli, target, dir, port, &pg_url).await?;
+        for _ in 1..target.nodes() {
+            let dir = tempfile::Builder::new().prefix("sbench-").tempdir()?;
+            let other = Server::start_one(cli, target, dir, free_port()?, &pg_url).await?;
+            server.addrs.push(other.addr);
+            server.others.push(other);
+        }
+        Ok(server)
+    }
+
+    async fn start_one(
+        cli: &Cli,
+        target: Target,
+        dir: tempfile::TempDir,
+        port: u16,
+        pg_url: &str,
+    ) -> anyhow::Result<Server> {
         let data = dir.path().join("data");
         std::fs::create_dir_all(&data)?;
-        let port = free_port()?;
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
         let d = data.display().to_string();
         let p = port.to_string();
-        let pg_url = if target == Target::TwPg {
-            pg_database()?
-        } else {
-            String::new()
-        };
         let (program, args): (PathBuf, Vec<&str>) = match target {
             Target::TwSync => (tickwheel_path(cli)?, vec!["-b", &d]),
             Target::TwBaseSync => (
@@ -192,7 +234,11 @@ impl Server {
             Target::BsF0 => (cli.beanstalkd.clone(), vec!["-b", &d, "-f", "0"]),
             Target::BsNofsync => (cli.beanstalkd.clone(), vec!["-b", &d, "-F"]),
             Target::BsMem => (cli.beanstalkd.clone(), vec![]),
-            Target::TwPg => (tickwheel_path(cli)?, vec!["--postgres", &pg_url]),
+            Target::TwPg => (tickwheel_path(cli)?, vec!["--postgres", pg_url]),
+            Target::TwPgAa1 | Target::TwPgAa2 | Target::TwPgAa3 => (
+                tickwheel_path(cli)?,
+                vec!["--postgres", pg_url, "--postgres-mode", "active-active"],
+            ),
         };
         let log = dir.path().join("server.log");
         let logf = std::fs::File::create(&log)?;
@@ -211,6 +257,8 @@ impl Server {
         let mut server = Server {
             child,
             addr,
+            addrs: vec![addr],
+            others: Vec::new(),
             _dir: dir,
             log,
         };
@@ -420,9 +468,10 @@ fn fmt_all(v: &[f64], prec: usize) -> String {
 
 // ----- throughput -----
 
-/// Runs `per_conn` iterations of `op` on each of `conns` connections; ops/s over all of them.
+/// Runs `per_conn` iterations of `op` on each of `conns` connections (spread over `addrs` in
+/// turn); ops/s over all of them.
 async fn phase<F, Fut>(
-    addr: SocketAddr,
+    addrs: &[SocketAddr],
     conns: usize,
     per_conn: usize,
     limit: Duration,
@@ -433,8 +482,8 @@ where
     Fut: std::future::Future<Output = anyhow::Result<usize>> + 'static,
 {
     let mut cs = Vec::with_capacity(conns);
-    for _ in 0..conns {
-        cs.push(Conn::connect(addr).await?);
+    for i in 0..conns {
+        cs.push(Conn::connect(addrs[i % addrs.len()]).await?);
     }
     let start = Instant::now();
     let deadline = start + limit;
@@ -478,7 +527,7 @@ async fn throughput(cli: &Cli) -> anyhow::Result<()> {
             let server = Server::start(cli, t).await?;
             let b = body.clone();
             let (cyc, ncyc) = phase(
-                server.addr,
+                &server.addrs,
                 cli.conns,
                 cli.per_conn,
                 limit,
@@ -502,7 +551,7 @@ async fn throughput(cli: &Cli) -> anyhow::Result<()> {
             .with_context(|| format!("{} cycles", t.name()))?;
             let b = body.clone();
             let (pps, nput) = phase(
-                server.addr,
+                &server.addrs,
                 cli.conns,
                 cli.per_conn,
                 limit,
