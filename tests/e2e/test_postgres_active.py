@@ -119,6 +119,7 @@ def test_three_active_nodes_kill_and_restart(workdir, pg_cluster):
                for p in range(producers)]
     workers = [threading.Thread(target=consume, args=(c,), daemon=True)
                for c in range(consumers)]
+    started = time.time()
     for t in threads + workers:
         t.start()
     while len(acked) < total // 2 and any(t.is_alive() for t in threads):
@@ -168,15 +169,15 @@ def test_three_active_nodes_kill_and_restart(workdir, pg_cluster):
             assert (first[0] == 0 and first[2] is None) or first[2] == "NOT_FOUND", (b, d)
             assert later[1] >= first[1], (b, d)
 
+    # Printed, not asserted (wall-clock numbers on a shared machine): the time from the put
+    # plus its delay to the first delivery is queue wait as much as lateness whenever the 10
+    # consumers fall behind the 10 producers.
     late = sorted(d[0][1] - acked[b][0] - acked[b][1] for b, d in deliveries.items()
                   if b in acked)
-    around_kill = sorted(d[0][1] - acked[b][0] - acked[b][1] for b, d in deliveries.items()
-                         if b in acked and killed["at"] <= acked[b][0] + acked[b][1]
-                         <= killed["at"] + 3)
-    print(f"\nactive-active: {len(acked)} acked jobs over 3 nodes, {redelivered} re-deliveries; "
-          f"first delivery after due time: median {statistics.median(late) * 1000:.0f} ms, "
-          f"p99 {late[int(len(late) * 0.99) - 1] * 1000:.0f} ms, max {late[-1] * 1000:.0f} ms; "
-          f"jobs due within 3 s after the kill: {len(around_kill)}, max "
-          f"{(around_kill[-1] if around_kill else 0) * 1000:.0f} ms late")
+    took = max(e[1] for d in deliveries.values() for e in d) - started
+    print(f"\nactive-active: {len(acked)} acked jobs over 3 nodes in {took:.1f} s "
+          f"({len(acked) / took:.0f} put+reserve+delete/s), {redelivered} re-deliveries; "
+          f"put+delay to first delivery: median {statistics.median(late) * 1000:.0f} ms, "
+          f"p99 {late[int(len(late) * 0.99) - 1] * 1000:.0f} ms")
     for n in nodes:
         n.close()

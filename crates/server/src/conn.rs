@@ -224,6 +224,45 @@ async fn in_cluster<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             }
             Ok(reply)
         }
+        Command::StatsTube(tube) => {
+            // The job counts are the cluster's (the database's, by its clock); the rest
+            // (clients, command counters) this node's.
+            bump(&shared.counters.stats_tube);
+            let now = shared.now();
+            let (_, local) = shared.apply(|engine| engine.stats_tube(now, tube));
+            let Some(counts) = active::tube_counts(active, tube.as_str()).await else {
+                return Ok(Some(Reply::InternalError));
+            };
+            let jobs = counts.ready + counts.reserved + counts.delayed + counts.buried;
+            let mut stats = match local {
+                Some(stats) => stats,
+                None if jobs == 0 => return Ok(Some(Reply::NotFound)),
+                None => tickwheel_queue::TubeStats {
+                    name: tube.clone(),
+                    urgent: 0,
+                    ready: 0,
+                    reserved: 0,
+                    delayed: 0,
+                    buried: 0,
+                    total_jobs: 0,
+                    using: 0,
+                    waiting: 0,
+                    watching: 0,
+                    pause: 0,
+                    cmd_delete: 0,
+                    cmd_pause_tube: 0,
+                    pause_time_left: 0,
+                    reserves: 0,
+                    timeouts: 0,
+                },
+            };
+            stats.urgent = counts.urgent;
+            stats.ready = counts.ready;
+            stats.reserved = counts.reserved;
+            stats.delayed = counts.delayed;
+            stats.buried = counts.buried;
+            Ok(Some(Reply::Ok(stats::tube(&stats))))
+        }
         Command::PauseTube(tube, delay) => {
             if active::pause(active, tube.as_str(), *delay).await {
                 Ok(None)

@@ -48,6 +48,20 @@ async fn two_nodes_serve_one_schema() {
         assert_eq!(c1.cmd(&cmd).await, "NOT_FOUND", "{cmd}");
     }
     assert_eq!(c1.cmd("reserve-with-timeout 0").await, "TIMED_OUT");
+    // stats-tube counts the cluster's jobs: node 1 sees node 2's reservation.
+    assert_eq!(
+        c1.field("stats-tube default", "current-jobs-reserved")
+            .await,
+        "1"
+    );
+    assert_eq!(
+        c1.field("stats-tube default", "current-jobs-ready").await,
+        "0"
+    );
+    assert_eq!(
+        c1.field("stats-tube default", "current-jobs-urgent").await,
+        "0"
+    );
     assert_eq!(c2.cmd(&format!("touch {a}")).await, "TOUCHED");
     assert_eq!(c2.cmd(&format!("release {a} 3 0")).await, "RELEASED");
     assert_eq!(c1.reserve(10).await, (a, "a".to_owned()));

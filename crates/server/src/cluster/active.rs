@@ -159,6 +159,23 @@ pub(crate) async fn run_checked(
     }
 }
 
+/// Cluster-wide job counts of `tube` (`stats-tube`), or `None` if the database could not be
+/// asked.
+pub(crate) async fn tube_counts(
+    active: &Arc<Active>,
+    tube: &str,
+) -> Option<tickwheel_pg::TubeCounts> {
+    let a = active.clone();
+    let tube = tube.to_owned();
+    match blocking(move || a.node.tube_counts(&tube)).await? {
+        Ok(counts) => Some(counts),
+        Err(error) => {
+            tracing::warn!(%error, "cannot count a tube's jobs in PostgreSQL");
+            None
+        }
+    }
+}
+
 /// `pause-tube` on every node (the claims refuse the tube's jobs until then).
 pub(crate) async fn pause(active: &Arc<Active>, tube: &str, seconds: u32) -> bool {
     let a = active.clone();
