@@ -8,6 +8,7 @@
 //! it stops being read from (its memory stays bounded) without slowing anyone else down.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::BytesMut;
 use tickwheel_proto::{yaml_list, Command, Decoder, ErrorReply, Frame, Reply};
@@ -186,8 +187,10 @@ async fn in_cluster<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         Command::Reserve | Command::ReserveWithTimeout(_) | Command::ReserveJob(_) => {
             // Everything before the reserve is answered (and durable) before it may block.
             replies.flush(shared, writer).await?;
+            let asked = std::time::Instant::now();
+            let mut command = command.clone();
             loop {
-                let (ticket, outcome) = execute_with_loads(shared, client, command).await;
+                let (ticket, outcome) = execute_with_loads(shared, client, &command).await;
                 let reply = match outcome {
                     Outcome::Reply(reply) => shared.settle(&ticket, reply).await,
                     Outcome::Load(_) => return Ok(Some(Reply::InternalError)),
@@ -201,8 +204,17 @@ async fn in_cluster<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 match active::claim(shared, active, client, *id).await {
                     Some(true) => return Ok(Some(reply)),
                     // Another node has it, or it is not due by the database clock: the engine
-                    // dropped it; look again (a wait starts over with its full timeout).
-                    Some(false) if !matches!(command, Command::ReserveJob(_)) => {}
+                    // dropped it; look again, for what is left of the timeout (whole seconds,
+                    // rounded up: never shorter than asked).
+                    Some(false) if !matches!(command, Command::ReserveJob(_)) => {
+                        if let Command::ReserveWithTimeout(Some(secs)) = command {
+                            let left = Duration::from_secs(u64::from(secs))
+                                .saturating_sub(asked.elapsed());
+                            let left =
+                                u32::try_from(left.as_millis().div_ceil(1000)).unwrap_or(u32::MAX);
+                            command = Command::ReserveWithTimeout(Some(left));
+                        }
+                    }
                     Some(false) => return Ok(Some(Reply::NotFound)),
                     None => return Ok(Some(Reply::InternalError)),
                 }
