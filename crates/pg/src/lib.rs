@@ -22,6 +22,10 @@
 //!   [`FOREIGN_ID_BASE`] up.
 //! - [`ActiveLock`]: the session advisory lock that makes one node the active one; standbys
 //!   wait on it and take over when the active node's session ends.
+//! - [`Node`] (active-active, ADR 0008 phase 2): several nodes serve one schema at once; each
+//!   claims the jobs it hands out by primary key on the database clock, acts on held jobs only
+//!   as their holder, and sweeps lapsed leases; [`PgStore::shared`] is its store (announces
+//!   what it makes ready, moves due times onto the database clock, leaves held rows alone).
 //!
 //! # Examples
 //!

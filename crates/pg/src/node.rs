@@ -293,6 +293,39 @@ impl Node {
     /// Joins the schema's nodes: creates or migrates the schema (as [`crate::PgStore::open`]
     /// does), registers the node and takes its block of [`NODE_ID_BLOCK`] job ids.
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use tickwheel_pg::{Node, PgOptions, PgStore};
+    /// use tickwheel_queue::{Change, DurableState, JobRecord, TubeName};
+    /// use tickwheel_store::Store;
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut options = PgOptions::new("postgres://app@db/jobs");
+    /// options.active_active = true;
+    /// let node = Node::join(&options)?;
+    /// let store = PgStore::open(&options)?.shared();
+    /// let id = node.ids().start; // this node's first job id
+    /// let job = JobRecord {
+    ///     id,
+    ///     tube: TubeName::new("emails")?,
+    ///     priority: 1024,
+    ///     ttr: 60_000,
+    ///     state: DurableState::Ready,
+    ///     created: 0,
+    ///     body: "send the welcome mail".into(),
+    ///     idempotency_key: None,
+    /// };
+    /// store.commit(&[Change::Put(job)])?; // committed, and announced to every node
+    /// let claims = node.claim(&[(id, node.holder(1))])?;
+    /// if let Some(won) = claims.won.first() {
+    ///     println!("client 1 holds job {} until {} (database clock)", won.id, won.lease_until_ms);
+    ///     node.delete(won.holder, won.id)?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`PgError::Db`] if the database cannot be reached or refuses; [`PgError::NewerSchema`]
