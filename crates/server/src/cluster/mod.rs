@@ -305,6 +305,9 @@ fn watch(
         if active.is_some() && !ready.is_empty() {
             ready.sort_unstable();
             ready.dedup();
+            // Jobs the engine has already (this node's own puts, above all) are not read
+            // again: a stale state there is settled by the claim, which says why it lost.
+            shared.read(|engine| ready.retain(|id| engine.job_state(*id).is_none()));
             match store.get_free(&ready) {
                 Ok(records) => active::adopt_fresh(shared, records),
                 Err(error) => tracing::warn!(%error, "cannot read jobs other nodes made ready"),
