@@ -11,6 +11,8 @@
 #                         idempotency keys across a restart, schemathesis on /openapi.json
 #   test_postgres.py      --postgres: a node on a throw-away PostgreSQL, SQL put in an app's
 #                         transaction (psycopg), fail-over to a standby after kill -9
+#   test_postgres_active.py  --postgres-mode active-active: 3 nodes serving one database,
+#                         kill -9 of one and its restart, every ack delivered once, none early
 # TICKWHEEL_E2E_BACKEND=postgres runs the module-wide `tickwheel` server (test_clients.py) on
 # PostgreSQL instead of -b DIR (ci/test.sh does so for test_clients.py).
 #   test_dashboard.py     the web dashboard in Debian's chromium (headless), driven by Playwright

@@ -22,6 +22,10 @@
 //!   [`FOREIGN_ID_BASE`] up.
 //! - [`ActiveLock`]: the session advisory lock that makes one node the active one; standbys
 //!   wait on it and take over when the active node's session ends.
+//! - [`Node`] (active-active, ADR 0008 phase 2): several nodes serve one schema at once; each
+//!   claims the jobs it hands out by primary key on the database clock, acts on held jobs only
+//!   as their holder, and sweeps lapsed leases; [`PgStore::shared`] is its store (announces
+//!   what it makes ready, moves due times onto the database clock, leaves held rows alone).
 //!
 //! # Examples
 //!
@@ -52,9 +56,11 @@ use tickwheel_queue::{Change, DurableState, JobId, JobRecord, TubeName, FOREIGN_
 use tickwheel_store::{validate, Recovered, Store, StoreError};
 
 mod lock;
+mod node;
 mod schema;
 
 pub use lock::ActiveLock;
+pub use node::{Claimed, Claims, Lost, Node, TubeCounts, NODE_CONNECTIONS, NODE_ID_BLOCK};
 pub use schema::{migrate, SchemaName, SCHEMA_VERSION};
 
 /// How to reach the database.
@@ -67,6 +73,10 @@ pub struct PgOptions {
     /// How long a commit keeps retrying on broken connections before it fails (and the group
     /// commit poisons). Default 30 s.
     pub retry: Duration,
+    /// Several nodes serve the schema at once (ADR 0008 phase 2; `--postgres-mode
+    /// active-active`): each claims jobs in the database ([`Node`]). Off (the default), one
+    /// node serves and the others wait as standbys ([`ActiveLock`]).
+    pub active_active: bool,
 }
 
 impl PgOptions {
@@ -76,6 +86,7 @@ impl PgOptions {
             url: url.into(),
             schema: SchemaName::default_name(),
             retry: Duration::from_secs(30),
+            active_active: false,
         }
     }
 }
@@ -114,6 +125,18 @@ pub struct PgStore {
     read: Mutex<Option<Client>>,
     /// False from a commit that failed on a broken connection until one succeeds again.
     reachable: AtomicBool,
+    /// The node's clock in Unix ms (shared mode: due times are moved from it onto the
+    /// database's clock at commit).
+    node_clock: NodeClock,
+}
+
+/// A node's clock, Unix ms.
+type NodeClock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+fn system_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl std::fmt::Debug for PgStore {
@@ -138,36 +161,80 @@ const COLUMNS: &str =
     "id, tube, priority, ttr_ms, state, until_ms, created_ms, body, idempotency_key";
 
 impl Sql {
-    fn new(schema: &SchemaName) -> Sql {
+    /// `shared`: the statement of an active-active node ([`PgStore::shared`]): the commit
+    /// also NOTIFYs `<schema>_ready` with the ids it puts, moves delayed due times onto the
+    /// database clock, and leaves alone the rows another node's client holds under a live
+    /// lease. Otherwise (one active node) the statement is the phase-1 one.
+    fn new(schema: &SchemaName, shared: bool) -> Sql {
         let s = schema.as_str();
+        let (note, result, offset, free) = if shared {
+            (
+                format!(
+                    ", note AS (
+                         SELECT pg_notify('{}', string_agg(id::text, ',')) FROM (
+                             SELECT id, (row_number() OVER () - 1) / 300 AS g FROM (
+                                 SELECT id FROM unnest($1::bigint[]) AS id
+                                 UNION ALL
+                                 SELECT u.id FROM unnest($9::bigint[], $10::smallint[])
+                                     AS u(id, state) WHERE u.state = 0
+                             ) ids
+                         ) x GROUP BY g
+                     )",
+                    schema.ready_channel()
+                ),
+                "SELECT (SELECT count(*) FROM note)",
+                // $16 is the node's clock when it sent the commit: a due time of the node's
+                // clock plus (database clock − node clock) is the same delay on the database
+                // clock, never shorter (the round trip only adds to it).
+                format!("{s}.now_ms() - $16::bigint"),
+                // Not held by anyone under a live lease (a holder acts through Node first).
+                format!("NOT (j.state = 3 AND j.lease_until_ms > {s}.now_ms())"),
+            )
+        } else {
+            (
+                String::new(),
+                "SELECT 1",
+                "0 * $16::bigint".to_owned(),
+                "true".to_owned(),
+            )
+        };
         Sql {
             // The whole group commit in one statement (one round trip, one implicit
             // transaction): the data-modifying CTEs touch disjoint rows (the batch is folded
             // to one change per id first).
             commit: format!(
-                "WITH up AS (
-                     INSERT INTO {s}.jobs ({COLUMNS})
-                     SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[],
-                                          $5::smallint[], $6::bigint[], $7::bigint[], $8::bytea[],
-                                          $15::text[])
+                "WITH off AS MATERIALIZED (SELECT {offset} AS d), up AS (
+                     INSERT INTO {s}.jobs AS j ({COLUMNS})
+                     SELECT u.id, u.tube, u.priority, u.ttr, u.state,
+                            CASE WHEN u.state = 1 THEN u.until_ms + off.d ELSE u.until_ms END,
+                            u.created, u.body, u.key
+                     FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[],
+                                 $5::smallint[], $6::bigint[], $7::bigint[], $8::bytea[],
+                                 $15::text[])
+                          AS u(id, tube, priority, ttr, state, until_ms, created, body, key),
+                          off
                      ON CONFLICT (id) DO UPDATE SET tube = excluded.tube,
                          priority = excluded.priority, ttr_ms = excluded.ttr_ms,
                          state = excluded.state, until_ms = excluded.until_ms,
                          created_ms = excluded.created_ms, body = excluded.body,
-                         idempotency_key = excluded.idempotency_key
+                         idempotency_key = excluded.idempotency_key,
+                         holder = NULL, lease_until_ms = NULL
+                     WHERE {free}
                  ), upd AS (
-                     UPDATE {s}.jobs j SET state = u.state, until_ms = u.until_ms,
-                         priority = u.priority
+                     UPDATE {s}.jobs j SET state = u.state,
+                         until_ms = CASE WHEN u.state = 1 THEN u.until_ms + off.d
+                                         ELSE u.until_ms END,
+                         priority = u.priority, holder = NULL, lease_until_ms = NULL
                      FROM unnest($9::bigint[], $10::smallint[], $11::bigint[], $12::bigint[])
-                         AS u(id, state, until_ms, priority)
-                     WHERE j.id = u.id
+                         AS u(id, state, until_ms, priority), off
+                     WHERE j.id = u.id AND {free}
                  ), del AS (
-                     DELETE FROM {s}.jobs WHERE id = ANY($13::bigint[])
+                     DELETE FROM {s}.jobs j WHERE j.id = ANY($13::bigint[]) AND {free}
                  ), ids AS (
                      UPDATE {s}.meta SET value = greatest(value, $14::bigint)
                      WHERE key = 'next_id' AND $14::bigint IS NOT NULL
-                 )
-                 SELECT 1"
+                 ){note}
+                 {result}"
             ),
             resident: format!(
                 "SELECT {COLUMNS} FROM {s}.jobs WHERE NOT (state = 1 AND until_ms >= $1)
@@ -259,12 +326,40 @@ impl PgStore {
         migrate(&mut client, &options.schema)?;
         drop(client);
         Ok(PgStore {
-            sql: Sql::new(&options.schema),
+            sql: Sql::new(&options.schema, false),
             options: options.clone(),
             commit: Mutex::new(None),
             read: Mutex::new(None),
             reachable: AtomicBool::new(true),
+            node_clock: Arc::new(system_ms),
         })
+    }
+
+    /// The store of an active-active node ([`Node`]), in three ways:
+    ///
+    /// - every commit also announces the ids it puts or makes ready (kicks) on
+    ///   [`SchemaName::ready_channel`], in the same transaction, so the other nodes adopt the
+    ///   jobs (nothing uncommitted is announced);
+    /// - delayed due times are moved onto the database clock: `until` (node clock) plus the
+    ///   database clock minus the node's clock at the commit ([`PgStore::with_node_clock`]),
+    ///   so a node whose clock is behind cannot make a job due early by the database clock;
+    /// - updates and deletes leave alone a row held under a live lease (state 3): a holder
+    ///   acts through [`Node::release`], [`Node::delete`], … first, and a stale engine cannot
+    ///   undo another node's claim.
+    #[must_use]
+    pub fn shared(mut self) -> PgStore {
+        self.sql = Sql::new(&self.options.schema, true);
+        *self.commit.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
+        self
+    }
+
+    /// Reads the node's clock (Unix ms) from `clock` instead of the system clock: the clock
+    /// the node's engine computes due times with (a server under a manual clock, or a test
+    /// that plays a node whose clock is off).
+    #[must_use]
+    pub fn with_node_clock(mut self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> PgStore {
+        self.node_clock = Arc::new(clock);
+        self
     }
 
     /// The options it was opened with.
@@ -407,6 +502,7 @@ impl PgStore {
                 &deleted,
                 &ids_end,
                 &up_key,
+                &big((self.node_clock)()),
             ],
         )?;
         Ok(())
@@ -431,6 +527,9 @@ impl PgStore {
                 until: u64::try_from(until).map_err(|_| bad("negative until_ms"))?,
             },
             2 => DurableState::Buried,
+            // Reserved by a node (active-active): a reservation is not durable in the
+            // engine's terms; a claim by primary key decides who holds it.
+            3 => DurableState::Ready,
             _ => return Err(bad("unknown state")),
         };
         Ok(JobRecord {
@@ -463,6 +562,23 @@ impl PgStore {
 }
 
 impl PgStore {
+    /// The rows of `ids` that no client holds under a live lease (what an active-active node
+    /// adopts when they are announced), in id order.
+    ///
+    /// # Errors
+    ///
+    /// Database errors; [`StoreError::Corrupt`] for a row that does not decode.
+    pub fn get_free(&self, ids: &[JobId]) -> Result<Vec<JobRecord>, StoreError> {
+        let s = self.options.schema.as_str();
+        let sql = format!(
+            "SELECT {COLUMNS} FROM {s}.jobs WHERE id = ANY($1::bigint[])
+               AND NOT (state = 3 AND lease_until_ms > {s}.now_ms()) ORDER BY id"
+        );
+        let ids: Vec<i64> = ids.iter().map(|id| big(*id)).collect();
+        let rows = self.read_with(|c| c.query(&sql, &[&ids]))?;
+        rows.iter().map(|r| self.decode(r)).collect()
+    }
+
     /// Which of `ids` have a row (the rest were deleted).
     ///
     /// # Errors

@@ -6,7 +6,10 @@ use crate::PgError;
 
 /// The migrations, in order; migration `n` (1-based) is `MIGRATIONS[n - 1]`. `{schema}` is
 /// replaced by the quoted schema name, `{channel}` by the NOTIFY channel prefix.
-const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_jobs.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/0001_jobs.sql"),
+    include_str!("migrations/0002_active_active.sql"),
+];
 
 /// The newest schema version this build knows. A node refuses to start against a newer one.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
@@ -54,6 +57,12 @@ impl SchemaName {
     /// The NOTIFY channel on which SQL deletes are announced (payload: the id).
     pub fn delete_channel(&self) -> String {
         format!("{}_delete", self.0)
+    }
+
+    /// The NOTIFY channel on which jobs that became ready for other nodes are announced
+    /// (active-active: puts, releases, lease expiries, kicks; payload: comma-separated ids).
+    pub fn ready_channel(&self) -> String {
+        format!("{}_ready", self.0)
     }
 
     /// The advisory lock key of the active node of this schema (ADR 0008, phase 1).

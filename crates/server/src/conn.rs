@@ -8,6 +8,7 @@
 //! it stops being read from (its memory stays bounded) without slowing anyone else down.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::BytesMut;
 use tickwheel_proto::{yaml_list, Command, Decoder, ErrorReply, Frame, Reply};
@@ -18,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use tickwheel_store::Ticket;
 
+use crate::cluster::active;
 use crate::shared::{Pending, Shared};
 use crate::stats;
 
@@ -63,6 +65,9 @@ pub(crate) async fn serve<S>(
     }
     let now = shared.now();
     shared.apply(|engine| engine.disconnect(now, client));
+    if let Some(active) = shared.active.get() {
+        active::disconnected(active, client).await;
+    }
 }
 
 /// Replies executed but not yet written.
@@ -120,6 +125,19 @@ async fn read_commands<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                     continue;
                 }
             };
+            if let Some(active) = shared.active.get() {
+                if let Some(reply) = in_cluster(
+                    shared, active, client, &command, reader, writer, replies, &mut buf, shutdown,
+                )
+                .await?
+                {
+                    replies.push(Ticket::done(), reply);
+                    if replies.held.len() >= MAX_HELD_REPLIES {
+                        replies.flush(shared, writer).await?;
+                    }
+                    continue;
+                }
+            }
             let (ticket, outcome) = execute_with_loads(shared, client, &command).await;
             match outcome {
                 Outcome::Reply(reply) => replies.push(ticket, reply),
@@ -145,6 +163,126 @@ async fn read_commands<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             }
             () = shutdown.cancelled() => return Ok(()),
         }
+    }
+}
+
+/// A command on a node serving beside others (active-active), where the database decides:
+/// the reply, or `None` when the command runs as on one node. Reserves are claimed in the
+/// database (a lost claim drops the job from the engine and the reserve runs again);
+/// `delete`, `release`, `bury` and `touch` run there first, checked against the holder, and
+/// then on the engine to keep its cache; `pause-tube` pauses the tube on every node too.
+#[allow(clippy::too_many_arguments)]
+async fn in_cluster<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    shared: &Arc<Shared>,
+    active: &Arc<active::Active>,
+    client: ClientId,
+    command: &Command,
+    reader: &mut R,
+    writer: &mut W,
+    replies: &mut Replies,
+    buf: &mut BytesMut,
+    shutdown: &CancellationToken,
+) -> std::io::Result<Option<Reply>> {
+    match command {
+        Command::Reserve | Command::ReserveWithTimeout(_) | Command::ReserveJob(_) => {
+            // Everything before the reserve is answered (and durable) before it may block.
+            replies.flush(shared, writer).await?;
+            let asked = std::time::Instant::now();
+            let mut command = command.clone();
+            loop {
+                let (ticket, outcome) = execute_with_loads(shared, client, &command).await;
+                let reply = match outcome {
+                    Outcome::Reply(reply) => shared.settle(&ticket, reply).await,
+                    Outcome::Load(_) => return Ok(Some(Reply::InternalError)),
+                    Outcome::Wait(events) => {
+                        wait_for_job(shared, client, events, reader, buf, shutdown).await?
+                    }
+                };
+                let Reply::Reserved(id, _) = &reply else {
+                    return Ok(Some(reply));
+                };
+                match active::claim(shared, active, client, *id).await {
+                    Some(true) => return Ok(Some(reply)),
+                    // Another node has it, or it is not due by the database clock: the engine
+                    // dropped it; look again, for what is left of the timeout (whole seconds,
+                    // rounded up: never shorter than asked).
+                    Some(false) if !matches!(command, Command::ReserveJob(_)) => {
+                        if let Command::ReserveWithTimeout(Some(secs)) = command {
+                            let left = Duration::from_secs(u64::from(secs))
+                                .saturating_sub(asked.elapsed());
+                            let left =
+                                u32::try_from(left.as_millis().div_ceil(1000)).unwrap_or(u32::MAX);
+                            command = Command::ReserveWithTimeout(Some(left));
+                        }
+                    }
+                    Some(false) => return Ok(Some(Reply::NotFound)),
+                    None => return Ok(Some(Reply::InternalError)),
+                }
+            }
+        }
+        Command::Delete(_) | Command::Release { .. } | Command::Bury { .. } | Command::Touch(_) => {
+            // Earlier commands' writes (the put of this very job, say) are in the database
+            // before this one looks.
+            if shared.last_ticket().durable().await.is_err() {
+                return Ok(Some(Reply::InternalError));
+            }
+            let reply = active::run_checked(active, client, command).await;
+            if matches!(
+                reply,
+                Some(Reply::Deleted | Reply::Released | Reply::Buried | Reply::Touched)
+            ) {
+                // The cache follows; its answer does not count (the database's does).
+                let _ = execute(shared, client, command.clone());
+            }
+            Ok(reply)
+        }
+        Command::StatsTube(tube) => {
+            // The job counts are the cluster's (the database's, by its clock); the rest
+            // (clients, command counters) this node's.
+            bump(&shared.counters.stats_tube);
+            let now = shared.now();
+            let (_, local) = shared.apply(|engine| engine.stats_tube(now, tube));
+            let Some(counts) = active::tube_counts(active, tube.as_str()).await else {
+                return Ok(Some(Reply::InternalError));
+            };
+            let jobs = counts.ready + counts.reserved + counts.delayed + counts.buried;
+            let mut stats = match local {
+                Some(stats) => stats,
+                None if jobs == 0 => return Ok(Some(Reply::NotFound)),
+                None => tickwheel_queue::TubeStats {
+                    name: tube.clone(),
+                    urgent: 0,
+                    ready: 0,
+                    reserved: 0,
+                    delayed: 0,
+                    buried: 0,
+                    total_jobs: 0,
+                    using: 0,
+                    waiting: 0,
+                    watching: 0,
+                    pause: 0,
+                    cmd_delete: 0,
+                    cmd_pause_tube: 0,
+                    pause_time_left: 0,
+                    reserves: 0,
+                    timeouts: 0,
+                },
+            };
+            stats.urgent = counts.urgent;
+            stats.ready = counts.ready;
+            stats.reserved = counts.reserved;
+            stats.delayed = counts.delayed;
+            stats.buried = counts.buried;
+            Ok(Some(Reply::Ok(stats::tube(&stats))))
+        }
+        Command::PauseTube(tube, delay) => {
+            if active::pause(active, tube.as_str(), *delay).await {
+                Ok(None)
+            } else {
+                Ok(Some(Reply::InternalError))
+            }
+        }
+        _ => Ok(None),
     }
 }
 

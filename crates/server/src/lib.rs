@@ -141,7 +141,7 @@ impl Listener {
 
 /// A PostgreSQL node's parts the watcher thread takes at `run`: the store, the active-node
 /// lock, and the foreign ids already in the engine.
-type PgNode = (Arc<PgStore>, ActiveLock, HashSet<JobId>);
+type PgNode = (Arc<PgStore>, Option<ActiveLock>, HashSet<JobId>);
 
 /// A server with its jobs recovered, ready to [`run`](Server::run).
 pub struct Server {
@@ -233,14 +233,26 @@ impl Server {
         let store: Arc<dyn Store> = opened.store.clone();
         // The PostgreSQL client blocks on its own runtime: read the far jobs' keys and due
         // times on a plain thread, as `cluster::open` does, never on a caller's runtime.
-        let (engine, recovered_jobs) = std::thread::scope(|scope| {
+        let (mut engine, recovered_jobs) = std::thread::scope(|scope| {
             scope
                 .spawn(|| start_engine(&*store, recovered, engine_config, now))
                 .join()
                 .unwrap_or_else(|_| Err(anyhow::anyhow!("the PostgreSQL start-up thread panicked")))
         })?;
-        let postgres = Some((opened.store, opened.lock, adopted));
-        Server::assemble(config, engine, store, recovered_jobs, started, postgres)
+        if let Some(node) = &opened.node {
+            // Its own block of ids: other nodes' jobs, above or below, must not move them.
+            engine.continue_ids_at(node.ids().start);
+        }
+        let postgres = Some((opened.store.clone(), opened.lock, adopted));
+        let server = Server::assemble(config, engine, store, recovered_jobs, started, postgres)?;
+        if let Some(node) = opened.node {
+            let active = cluster::active::Active {
+                node,
+                store: opened.store,
+            };
+            let _ = server.shared.active.set(Arc::new(active));
+        }
+        Ok(server)
     }
 
     /// Lets `http` serve this server's API (until then it answers `503 not_ready`, and

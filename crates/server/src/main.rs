@@ -15,6 +15,15 @@ use tokio_util::sync::CancellationToken;
 /// beanstalkd. With `-b DIR` jobs are stored in DIR and, unlike beanstalkd, every change is
 /// fsynced before it is acknowledged; `-f MS` acknowledges before the fsync (fsync at most every
 /// MS ms, as beanstalkd's default -f 50) and `-F` never fsyncs.
+/// How the nodes of one PostgreSQL schema share the work (`--postgres-mode`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum PgMode {
+    /// One node serves; the others wait as hot standbys.
+    Standby,
+    /// Every node serves; jobs are claimed in the database.
+    ActiveActive,
+}
+
 #[derive(Parser, Debug)]
 #[command(name = "tickwheel-server", disable_version_flag = true)]
 struct Args {
@@ -72,6 +81,17 @@ struct Args {
         requires = "postgres"
     )]
     postgres_retry_secs: u64,
+    /// With --postgres: `standby` (one node serves, the others wait and take over when it
+    /// dies) or `active-active` (every node serves; jobs are claimed in the database, by its
+    /// clock). All nodes of a schema must use the same mode.
+    #[arg(
+        long,
+        value_name = "MODE",
+        value_enum,
+        default_value_t = PgMode::Standby,
+        requires = "postgres"
+    )]
+    postgres_mode: PgMode,
     /// Maximum job size in bytes.
     #[arg(short = 'z', value_name = "BYTES", default_value_t = 65_535)]
     max_job_size: usize,
@@ -133,6 +153,7 @@ fn main() -> anyhow::Result<()> {
             url: url.clone(),
             schema: SchemaName::new(&args.postgres_schema)?,
             retry: std::time::Duration::from_secs(args.postgres_retry_secs),
+            active_active: args.postgres_mode == PgMode::ActiveActive,
         }),
         None => None,
     };

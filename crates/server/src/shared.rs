@@ -83,6 +83,9 @@ pub(crate) struct Shared {
     /// The jobs whose latest change may not be durable yet. Changed only under the engine
     /// lock (in [`Shared::after_op`]).
     unsettled: Mutex<Unsettled>,
+    /// Set when the node serves a PostgreSQL schema beside other nodes (active-active):
+    /// reserves are claimed in the database, holder-checked commands run there first.
+    pub(crate) active: std::sync::OnceLock<Arc<crate::cluster::active::Active>>,
 }
 
 /// Which jobs' latest changes may still be in flight, so that a `RESERVED` reply waits only
@@ -190,6 +193,7 @@ impl Shared {
             metrics,
             unreachable: AtomicBool::new(false),
             unsettled: Mutex::new(Unsettled::default()),
+            active: std::sync::OnceLock::new(),
         })
     }
 

@@ -132,6 +132,13 @@ enum Target {
     TwPg,
     /// The `--baseline` build of tickwheel-server, --postgres URL (as `tw-pg`).
     TwBasePg,
+    /// 1 node of tickwheel-server --postgres URL --postgres-mode active-active.
+    TwPgAa1,
+    /// 2 active-active nodes on one fresh database; the throughput workload spreads the
+    /// connections over them (other workloads use the first node).
+    TwPgAa2,
+    /// 3 active-active nodes on one fresh database (as tw-pg-aa2).
+    TwPgAa3,
 }
 
 impl Target {
@@ -148,6 +155,18 @@ impl Target {
             Target::BsMem => "beanstalkd (in memory)",
             Target::TwPg => "tickwheel --postgres (1 node)",
             Target::TwBasePg => "baseline tickwheel --postgres",
+            Target::TwPgAa1 => "tickwheel pg active-active, 1 node",
+            Target::TwPgAa2 => "tickwheel pg active-active, 2 nodes",
+            Target::TwPgAa3 => "tickwheel pg active-active, 3 nodes",
+        }
+    }
+
+    /// Server processes the target runs.
+    fn nodes(self) -> usize {
+        match self {
+            Target::TwPgAa2 => 2,
+            Target::TwPgAa3 => 3,
+            _ => 1,
         }
     }
 
@@ -161,6 +180,9 @@ impl Target {
                 | Target::TwMem
                 | Target::TwPg
                 | Target::TwBasePg
+                | Target::TwPgAa1
+                | Target::TwPgAa2
+                | Target::TwPgAa3
         )
     }
 }
@@ -171,6 +193,10 @@ struct Server {
     addr: SocketAddr,
     /// The HTTP address of a tickwheel target started for `--commit-stats`.
     http: Option<SocketAddr>,
+    /// Every node's address (`addr` first); more than one for the multi-node targets.
+    addrs: Vec<SocketAddr>,
+    /// The other nodes' processes.
+    others: Vec<Server>,
     _dir: tempfile::TempDir,
     log: PathBuf,
 }
@@ -178,17 +204,37 @@ struct Server {
 impl Server {
     async fn start(cli: &Cli, target: Target) -> anyhow::Result<Server> {
         let dir = tempfile::Builder::new().prefix("sbench-").tempdir()?;
+        let port = free_port()?;
+        let pg_url = match target {
+            Target::TwPg
+            | Target::TwBasePg
+            | Target::TwPgAa1
+            | Target::TwPgAa2
+            | Target::TwPgAa3 => pg_database()?,
+            _ => String::new(),
+        };
+        let mut server = Server::start_one(cli, target, dir, port, &pg_url).await?;
+        for _ in 1..target.nodes() {
+            let dir = tempfile::Builder::new().prefix("sbench-").tempdir()?;
+            let other = Server::start_one(cli, target, dir, free_port()?, &pg_url).await?;
+            server.addrs.push(other.addr);
+            server.others.push(other);
+        }
+        Ok(server)
+    }
+
+    async fn start_one(
+        cli: &Cli,
+        target: Target,
+        dir: tempfile::TempDir,
+        port: u16,
+        pg_url: &str,
+    ) -> anyhow::Result<Server> {
         let data = dir.path().join("data");
         std::fs::create_dir_all(&data)?;
-        let port = free_port()?;
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
         let d = data.display().to_string();
         let p = port.to_string();
-        let pg_url = if matches!(target, Target::TwPg | Target::TwBasePg) {
-            pg_database()?
-        } else {
-            String::new()
-        };
         let (program, args): (PathBuf, Vec<&str>) = match target {
             Target::TwSync => (tickwheel_path(cli)?, vec!["-b", &d]),
             Target::TwBaseSync => (
@@ -204,12 +250,16 @@ impl Server {
             Target::BsF0 => (cli.beanstalkd.clone(), vec!["-b", &d, "-f", "0"]),
             Target::BsNofsync => (cli.beanstalkd.clone(), vec!["-b", &d, "-F"]),
             Target::BsMem => (cli.beanstalkd.clone(), vec![]),
-            Target::TwPg => (tickwheel_path(cli)?, vec!["--postgres", &pg_url]),
+            Target::TwPg => (tickwheel_path(cli)?, vec!["--postgres", pg_url]),
             Target::TwBasePg => (
                 cli.baseline
                     .clone()
                     .ok_or_else(|| anyhow!("target tw-base-pg needs --baseline PATH"))?,
-                vec!["--postgres", &pg_url],
+                vec!["--postgres", pg_url],
+            ),
+            Target::TwPgAa1 | Target::TwPgAa2 | Target::TwPgAa3 => (
+                tickwheel_path(cli)?,
+                vec!["--postgres", pg_url, "--postgres-mode", "active-active"],
             ),
         };
         let log = dir.path().join("server.log");
@@ -237,6 +287,8 @@ impl Server {
             child,
             addr,
             http,
+            addrs: vec![addr],
+            others: Vec::new(),
             _dir: dir,
             log,
         };
@@ -489,9 +541,10 @@ async fn commit_report(
     ))
 }
 
-/// Runs `per_conn` iterations of `op` on each of `conns` connections; ops/s over all of them.
+/// Runs `per_conn` iterations of `op` on each of `conns` connections (spread over `addrs` in
+/// turn); ops/s over all of them.
 async fn phase<F, Fut>(
-    addr: SocketAddr,
+    addrs: &[SocketAddr],
     conns: usize,
     per_conn: usize,
     limit: Duration,
@@ -502,8 +555,8 @@ where
     Fut: std::future::Future<Output = anyhow::Result<usize>> + 'static,
 {
     let mut cs = Vec::with_capacity(conns);
-    for _ in 0..conns {
-        cs.push(Conn::connect(addr).await?);
+    for i in 0..conns {
+        cs.push(Conn::connect(addrs[i % addrs.len()]).await?);
     }
     let start = Instant::now();
     let deadline = start + limit;
@@ -551,7 +604,7 @@ async fn throughput(cli: &Cli) -> anyhow::Result<()> {
             };
             let b = body.clone();
             let (cyc, ncyc) = phase(
-                server.addr,
+                &server.addrs,
                 cli.conns,
                 cli.per_conn,
                 limit,
@@ -580,7 +633,7 @@ async fn throughput(cli: &Cli) -> anyhow::Result<()> {
             };
             let b = body.clone();
             let (pps, nput) = phase(
-                server.addr,
+                &server.addrs,
                 cli.conns,
                 cli.per_conn,
                 limit,

@@ -93,6 +93,33 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// Drops a job from memory whatever its state, even one a client of this engine holds
+    /// (that reservation ends without a reply; the client's later commands on it answer
+    /// `NOT_FOUND`). Records nothing for the store and counts no command. For a node that
+    /// shares its store with other nodes (PostgreSQL, several nodes serving at once): the
+    /// database said the job is not this engine's to hand out (another node holds it, buried
+    /// or deleted it). Returns whether the job was in memory.
+    pub fn drop_cached(&mut self, id: JobId) -> bool {
+        let Some(job) = self.jobs.get(&id) else {
+            return false;
+        };
+        let tube = job.tube;
+        self.leave_state(id);
+        self.jobs.remove(&id);
+        self.drop_if_unused(tube);
+        true
+    }
+
+    /// Gives out the engine's own ids from `next` on (its later id blocks follow on from
+    /// there), whatever it recovered. For a node that took a block of ids of its own from a
+    /// store shared with other nodes: their jobs' ids, above or below, must not move it.
+    pub fn continue_ids_at(&mut self, next: JobId) {
+        self.next_id = next.max(1);
+        self.ids_end = self.next_id;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,5 +221,41 @@ mod tests {
             "reachable by id through a load"
         );
         assert_eq!(engine.stats().delayed, 1);
+    }
+
+    #[test]
+    fn drop_cached_drops_any_state_and_continue_ids_at_moves_the_ids() {
+        let mut engine = Engine::recover(
+            Config::default(),
+            10,
+            1,
+            vec![
+                record(900, DurableState::Ready),
+                record(5, DurableState::Ready),
+            ],
+        );
+        engine.continue_ids_at(100);
+        let client = ClientId(1);
+        engine.connect(client);
+        engine.watch(10, client, &TubeName::new("t").expect("valid"));
+        let Reserve::Job(job) = engine.reserve(10, client, Some(0)) else {
+            panic!("a ready job");
+        };
+        assert_eq!(job.id, 5);
+        assert!(engine.drop_cached(5), "reserved, dropped all the same");
+        assert_eq!(engine.job_state(5), None);
+        assert_eq!(engine.delete(10, client, 5), Err(Error::NotFound));
+        assert!(!engine.drop_cached(5));
+        assert!(engine.drop_cached(900));
+        assert_eq!(engine.stats().ready, 0);
+        assert_eq!(engine.stats().reserved, 0);
+        assert!(engine.take_changes().is_empty(), "nothing for the store");
+        let id = engine
+            .put(10, ClientId(2), 1, 0, 1000, Bytes::new())
+            .expect("put");
+        assert_eq!(id, 100, "ids continue at 100, not after 900");
+        assert!(
+            matches!(engine.take_changes()[..], [Change::ReserveIds { end }, Change::Put(_)] if end > 100),
+        );
     }
 }

@@ -18,6 +18,8 @@
 //! [`Engine::adopt`]: tickwheel_queue::Engine::adopt
 //! [`Engine::forget`]: tickwheel_queue::Engine::forget
 
+pub(crate) mod active;
+
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -26,7 +28,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use postgres::fallible_iterator::FallibleIterator as _;
 use postgres::{Client, NoTls};
-use tickwheel_pg::{ActiveLock, PgOptions, PgStore};
+use tickwheel_pg::{ActiveLock, Node, PgOptions, PgStore};
 use tickwheel_queue::{JobId, FOREIGN_ID_BASE};
 use tickwheel_store::{Recovered, Store};
 
@@ -45,7 +47,10 @@ const LOST_LOCK_EXIT: i32 = 75;
 pub(crate) struct Opened {
     pub(crate) store: Arc<PgStore>,
     pub(crate) recovered: Recovered,
-    pub(crate) lock: ActiveLock,
+    /// Standby mode: the active node's lock. Active-active: `None`.
+    pub(crate) lock: Option<ActiveLock>,
+    /// Active-active: this node's registration.
+    pub(crate) node: Option<Node>,
 }
 
 /// Waits to become the active node of the schema (logging that it is a standby while it
@@ -63,6 +68,23 @@ pub(crate) fn open(options: &PgOptions, window_end_ms: u64) -> anyhow::Result<Op
                 let store = PgStore::open(options).with_context(|| {
                     format!("cannot open PostgreSQL schema {}", options.schema.as_str())
                 })?;
+                if options.active_active {
+                    let node = Node::join(options).context("cannot join the schema's nodes")?;
+                    tracing::info!(
+                        node = node.id(),
+                        ids = ?node.ids(),
+                        "serving beside any other nodes of this schema (active-active)"
+                    );
+                    let recovered = store
+                        .recover(window_end_ms)
+                        .context("cannot read the jobs from PostgreSQL")?;
+                    return Ok(Opened {
+                        store: Arc::new(store.shared()),
+                        recovered,
+                        lock: None,
+                        node: Some(node),
+                    });
+                }
                 let lock = ActiveLock::acquire(options, || {
                     tracing::info!(
                         schema = options.schema.as_str(),
@@ -76,7 +98,8 @@ pub(crate) fn open(options: &PgOptions, window_end_ms: u64) -> anyhow::Result<Op
                 Ok(Opened {
                     store: Arc::new(store),
                     recovered,
-                    lock,
+                    lock: Some(lock),
+                    node: None,
                 })
             })
             .join()
@@ -152,7 +175,7 @@ impl Watcher {
     pub(crate) fn start(
         shared: Arc<Shared>,
         store: Arc<PgStore>,
-        lock: ActiveLock,
+        lock: Option<ActiveLock>,
         adopted: HashSet<JobId>,
     ) -> std::io::Result<Watcher> {
         let stop = Arc::new(AtomicBool::new(false));
@@ -168,24 +191,53 @@ fn listen(store: &PgStore) -> Result<Client, postgres::Error> {
     let options = store.options();
     let mut client = Client::connect(&options.url, NoTls)?;
     client.batch_execute(&format!(
-        "LISTEN {}; LISTEN {}",
+        "LISTEN {}; LISTEN {}; LISTEN {}",
         options.schema.put_channel(),
-        options.schema.delete_channel()
+        options.schema.delete_channel(),
+        options.schema.ready_channel()
     ))?;
     Ok(client)
 }
 
+/// How often an active-active node sweeps lapsed leases back to ready (any node's): the bound
+/// on how late after its lease ends a dead node's reserved job is offered again.
+pub(crate) const SWEEP: Duration = Duration::from_millis(200);
+
 fn watch(
     shared: &Shared,
     store: &PgStore,
-    mut lock: ActiveLock,
+    mut lock: Option<ActiveLock>,
     mut adopted: Adopted,
     stop: &AtomicBool,
 ) {
     let put_channel = store.options().schema.put_channel();
+    let ready_channel = store.options().schema.ready_channel();
+    let active = shared.active.get().cloned();
+    let wait = if active.is_some() { SWEEP } else { POLL };
     let mut listener: Option<Client> = None;
+    let mut rounds: u64 = 0;
+    let mut swept = std::time::Instant::now();
+    let mut polled = std::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        if !lock.still_held(Duration::from_secs(10)) {
+        if let Some(active) = active.as_ref().filter(|_| swept.elapsed() >= SWEEP) {
+            swept = std::time::Instant::now();
+            rounds += 1;
+            // Lapsed leases (a dead node's too) back to ready; announced, so every node
+            // (this one included) adopts them below or in the next round.
+            if let Err(error) = active.node.expire(300) {
+                tracing::warn!(%error, "cannot sweep lapsed leases");
+            }
+            if rounds.is_multiple_of(5) {
+                // About once a second.
+                if let Err(error) = active.node.heartbeat() {
+                    tracing::warn!(%error, "cannot record this node's heartbeat");
+                }
+            }
+        }
+        if lock
+            .as_mut()
+            .is_some_and(|l| !l.still_held(Duration::from_secs(10)))
+        {
             tracing::error!(
                 "lost the connection holding this node's active lock: another node may take \
                  over, so this one stops now (everything acknowledged is committed)"
@@ -203,12 +255,30 @@ fn watch(
         }
         let mut puts: Vec<JobId> = Vec::new();
         let mut deletes: Vec<JobId> = Vec::new();
+        let mut ready: Vec<JobId> = Vec::new();
         if let Some(client) = listener.as_mut() {
             let mut notes = client.notifications();
-            let mut it = notes.timeout_iter(POLL);
+            let mut it = notes.timeout_iter(wait);
+            // Active-active: hand what arrived to the engine (and sweep) at least every 20 ms
+            // while notifications keep coming, every SWEEP when none do.
+            let collecting = std::time::Instant::now();
             loop {
+                if active.is_some() && collecting.elapsed() >= Duration::from_millis(20) {
+                    break;
+                }
                 match it.next() {
                     Ok(Some(note)) => {
+                        if note.channel() == ready_channel {
+                            ready.extend(
+                                note.payload()
+                                    .split(',')
+                                    .filter_map(|id| id.parse::<JobId>().ok()),
+                            );
+                            if ready.len() >= 3000 {
+                                break;
+                            }
+                            continue;
+                        }
                         let Ok(id) = note.payload().parse::<JobId>() else {
                             continue;
                         };
@@ -230,7 +300,18 @@ fn watch(
                 }
             }
         } else {
-            std::thread::sleep(POLL);
+            std::thread::sleep(wait);
+        }
+        if active.is_some() && !ready.is_empty() {
+            ready.sort_unstable();
+            ready.dedup();
+            // Jobs the engine has already (this node's own puts, above all) are not read
+            // again: a stale state there is settled by the claim, which says why it lost.
+            shared.read(|engine| ready.retain(|id| engine.job_state(*id).is_none()));
+            match store.get_free(&ready) {
+                Ok(records) => active::adopt_fresh(shared, records),
+                Err(error) => tracing::warn!(%error, "cannot read jobs other nodes made ready"),
+            }
         }
         if !deletes.is_empty() {
             shared.apply(|engine| {
@@ -251,10 +332,13 @@ fn watch(
             }
         }
         // The fallback: SQL puts above the largest id seen (a notification lost with a broken
-        // LISTEN connection).
-        match store.foreign_after(adopted.largest, 1000) {
-            Ok(more) => records.extend(more),
-            Err(error) => tracing::warn!(%error, "cannot poll for jobs put by SQL"),
+        // LISTEN connection); an active-active node's rounds are shorter, it polls every POLL.
+        if active.is_none() || polled.elapsed() >= POLL {
+            polled = std::time::Instant::now();
+            match store.foreign_after(adopted.largest, 1000) {
+                Ok(more) => records.extend(more),
+                Err(error) => tracing::warn!(%error, "cannot poll for jobs put by SQL"),
+            }
         }
         records.retain(|r| adopted.first_time(r.id));
         adopted.prune(store);

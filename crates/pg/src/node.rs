@@ -1,0 +1,610 @@
+//! Several nodes serving one schema at once (ADR 0008, phase 2, "active-active"): what a node
+//! says to the database to hand out, act on and expire jobs that any node may also see.
+//!
+//! # Ground rules
+//!
+//! - **The database decides, by primary key, on its own clock.** A node picks a candidate from
+//!   its engine (a cache) and [`Node::claim`]s it: one conditional `UPDATE … WHERE id = $1 AND
+//!   <ready by now_ms()>` per job, batched. Zero rows means another node won, the job is not
+//!   due yet by the database clock, its tube is paused, or it is gone: the node drops it from
+//!   its cache and tries the next. No statement searches the table for "the next job", so no
+//!   dead-tuple graveyard is walked per reserve.
+//! - **One holder.** A claim sets `state = 3`, `holder`, and `lease_until_ms = now_ms() + ttr`.
+//!   Only a claim whose `holder` matches and whose lease has not lapsed (database clock) may
+//!   [`Node::delete`], [`Node::release`], [`Node::bury`] or [`Node::touch`] the job; anyone
+//!   else gets `false` (the server answers `NOT_FOUND`, as beanstalkd does for a job the
+//!   connection does not hold). A lapsed lease is no hold: the job is claimable again at once,
+//!   whether or not [`Node::expire`] has swept it back to ready yet.
+//! - **Other nodes hear of it.** Jobs that become ready for everyone (puts, releases, expiries,
+//!   kicks) are announced with `NOTIFY <schema>_ready` in the same transaction (payload:
+//!   comma-separated ids), so a committed change wakes reservers on every listening node and a
+//!   rolled-back one wakes nobody.
+//! - `holder` is an opaque number the server chooses; it must be unique across the nodes of a
+//!   schema while a lease lives ([`Node::holder`] builds one from the node id and a client).
+
+use std::ops::Range;
+use std::sync::{Mutex, MutexGuard};
+
+use postgres::{Client, NoTls};
+use tickwheel_queue::{JobId, FOREIGN_ID_BASE};
+
+use crate::{big, PgError, PgOptions};
+
+/// The engine ids each node takes when it starts (2^36: a node that puts a million jobs a
+/// second for a day uses 0.1% of it). Blocks come from `meta.next_id`, so they never overlap
+/// each other, a phase-1 node's ids, or the SQL puts' ids (from 2^62).
+pub const NODE_ID_BLOCK: u64 = 1 << 36;
+
+/// The most ids announced in one notification (a NOTIFY payload must stay below 8000 bytes;
+/// an id is at most 19 digits and a comma).
+const IDS_PER_NOTE: i64 = 300;
+
+/// A job a node claimed: who holds it and until when, by the database clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Claimed {
+    /// The job.
+    pub id: JobId,
+    /// The holder it was claimed for.
+    pub holder: i64,
+    /// The database clock when it claimed (Unix ms): the job was due by then.
+    pub at_ms: u64,
+    /// The lease's end (Unix ms, database clock): after it the job is ready for anyone.
+    pub lease_until_ms: u64,
+}
+
+/// What [`Node::claim`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Claims {
+    /// The database clock when the claim ran (Unix ms; 0 if nothing was asked).
+    pub at_ms: u64,
+    /// The claims that won.
+    pub won: Vec<Claimed>,
+    /// The others, and why (from the state the claim saw).
+    pub lost: Vec<(JobId, Lost)>,
+}
+
+/// Why a claim lost, which tells a node what to do with the job in its cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lost {
+    /// No such job: drop it.
+    Gone,
+    /// Another holder has it under a live lease: drop it (it is announced again if it comes
+    /// back: release, lease expiry).
+    Held {
+        /// The lease's end, database clock (Unix ms).
+        lease_until_ms: u64,
+    },
+    /// Delayed and not due yet by the database clock: keep it, try again then.
+    NotDue {
+        /// The due time, database clock (Unix ms).
+        until_ms: u64,
+    },
+    /// Buried (by another node): drop it from the ready jobs.
+    Buried,
+    /// Its tube is paused cluster-wide.
+    Paused {
+        /// The pause's end, database clock (Unix ms).
+        until_ms: u64,
+    },
+    /// Another claim (another node, or another entry of the same batch) or change won.
+    Taken,
+}
+
+/// Cluster-wide counts of one tube's jobs, by the database clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TubeCounts {
+    /// Ready: ready, delayed and due, or reserved with a lapsed lease.
+    pub ready: u64,
+    /// Ready with priority below 1024 (beanstalkd's "urgent").
+    pub urgent: u64,
+    /// Reserved under a live lease, on any node.
+    pub reserved: u64,
+    /// Delayed and not due yet.
+    pub delayed: u64,
+    /// Buried.
+    pub buried: u64,
+    /// The tube is paused until this time (Unix ms, database clock); 0 if never paused.
+    pub paused_until_ms: u64,
+}
+
+/// Connections a [`Node`] keeps for claims and holder-checked commands: that many run at
+/// once (each is one round trip; a reserve on a busy node waits for a free one).
+pub const NODE_CONNECTIONS: usize = 8;
+
+/// One node of a schema served by several at once: its id, its block of job ids, and
+/// [`NODE_CONNECTIONS`] connections for claims and the holder-checked commands (opened when
+/// first needed, reopened when they break).
+pub struct Node {
+    options: PgOptions,
+    id: i64,
+    ids: Range<u64>,
+    clients: Vec<Mutex<Option<Client>>>,
+    next: std::sync::atomic::AtomicUsize,
+    sql: NodeSql,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("id", &self.id)
+            .field("ids", &self.ids)
+            .finish_non_exhaustive()
+    }
+}
+
+struct NodeSql {
+    claim: String,
+    delete: String,
+    release: String,
+    bury: String,
+    release_all: String,
+    touch: String,
+    kick: String,
+    expire: String,
+    counts: String,
+    pause: String,
+    heartbeat: String,
+    leave: String,
+}
+
+impl NodeSql {
+    fn new(options: &PgOptions) -> NodeSql {
+        let s = options.schema.as_str();
+        let ch = options.schema.ready_channel();
+        // Ready for anyone at `now`: the claim's condition and the counts' "ready".
+        let ready = "(j.state = 0 OR (j.state = 1 AND j.until_ms <= t.now) \
+                     OR (j.state = 3 AND j.lease_until_ms <= t.now))";
+        // Held by holder $2 under a live lease.
+        let held = format!("j.state = 3 AND j.holder = $2 AND j.lease_until_ms > {s}.now_ms()");
+        // Announce the ids of `x` (one notification per IDS_PER_NOTE ids) and return them as
+        // text lists: the lateral join makes the notifications part of the statement.
+        let announce = |cte: &str| {
+            format!(
+                "SELECT a.ids FROM (
+                     SELECT string_agg(id::text, ',') AS ids FROM (
+                         SELECT id, (row_number() OVER () - 1) / {IDS_PER_NOTE} AS g FROM {cte}
+                     ) x GROUP BY g
+                 ) a, LATERAL (SELECT pg_notify('{ch}', a.ids)) n"
+            )
+        };
+        NodeSql {
+            // `t.now` is read once, before any row lock wait: after a wait the row is checked
+            // again (READ COMMITTED re-evaluates the WHERE on the new version) against that
+            // earlier time, which can only make a job look less due, never early.
+            // The main query reads the snapshot from before the UPDATE (a statement does not
+            // see its own CTEs' writes), which says why a claim lost.
+            claim: format!(
+                "WITH t AS MATERIALIZED (SELECT {s}.now_ms() AS now),
+                 c AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS c(id, holder)),
+                 w AS (
+                     UPDATE {s}.jobs j SET state = 3, holder = c.holder,
+                         lease_until_ms = t.now + j.ttr_ms
+                     FROM c, t
+                     WHERE j.id = c.id AND {ready}
+                       AND NOT EXISTS (SELECT 1 FROM {s}.tubes p
+                                       WHERE p.name = j.tube AND p.paused_until_ms > t.now)
+                     RETURNING j.id, j.holder, j.lease_until_ms
+                 )
+                 SELECT c.id, c.holder, t.now, w.holder, w.lease_until_ms,
+                        j.state, j.until_ms, j.lease_until_ms, p.paused_until_ms
+                 FROM c CROSS JOIN t
+                 LEFT JOIN w ON w.id = c.id
+                 LEFT JOIN {s}.jobs j ON j.id = c.id
+                 LEFT JOIN {s}.tubes p ON p.name = j.tube"
+            ),
+            // beanstalkd: anyone may delete a job that is not reserved; a reserved one only
+            // its holder.
+            delete: format!(
+                "DELETE FROM {s}.jobs j WHERE j.id = $1
+                   AND NOT (j.state = 3 AND j.holder <> $2 AND j.lease_until_ms > {s}.now_ms())
+                 RETURNING j.id"
+            ),
+            release: format!(
+                "WITH r AS (
+                     UPDATE {s}.jobs j SET state = CASE WHEN $4::bigint > 0 THEN 1 ELSE 0 END,
+                         until_ms = CASE WHEN $4::bigint > 0 THEN {s}.now_ms() + $4 ELSE 0 END,
+                         priority = $3, holder = NULL, lease_until_ms = NULL
+                     WHERE j.id = $1 AND {held}
+                     RETURNING j.id
+                 ) {}",
+                announce("r")
+            ),
+            release_all: format!(
+                "WITH r AS (
+                     UPDATE {s}.jobs j SET state = 0, holder = NULL, lease_until_ms = NULL
+                     WHERE j.state = 3 AND j.holder = ANY($1::bigint[])
+                       AND j.lease_until_ms > {s}.now_ms()
+                     RETURNING j.id
+                 ) {}",
+                announce("r")
+            ),
+            bury: format!(
+                "UPDATE {s}.jobs j SET state = 2, priority = $3, holder = NULL,
+                     lease_until_ms = NULL
+                 WHERE j.id = $1 AND {held} RETURNING j.id"
+            ),
+            touch: format!(
+                "UPDATE {s}.jobs j SET lease_until_ms = {s}.now_ms() + j.ttr_ms
+                 WHERE j.id = $1 AND {held} RETURNING j.lease_until_ms"
+            ),
+            kick: format!(
+                "WITH k AS (
+                     UPDATE {s}.jobs j SET state = 0
+                     WHERE j.id IN (SELECT id FROM {s}.jobs
+                                    WHERE tube = $1 AND state = 2 ORDER BY id LIMIT $2
+                                    FOR UPDATE SKIP LOCKED)
+                       AND j.state = 2
+                     RETURNING j.id
+                 ) {}",
+                announce("k")
+            ),
+            // The sweep: any live node returns lapsed leases (its own or a dead node's) to
+            // ready and announces them. SKIP LOCKED only among the lapsed leases (the
+            // `jobs_leases` partial index), so two sweeping nodes do not wait for each other.
+            expire: format!(
+                "WITH e AS (
+                     UPDATE {s}.jobs j SET state = 0, holder = NULL, lease_until_ms = NULL
+                     WHERE j.id IN (SELECT id FROM {s}.jobs
+                                    WHERE state = 3 AND lease_until_ms <= {s}.now_ms()
+                                    ORDER BY lease_until_ms LIMIT $1
+                                    FOR UPDATE SKIP LOCKED)
+                       AND j.state = 3 AND j.lease_until_ms <= {s}.now_ms()
+                     RETURNING j.id
+                 ) {}",
+                announce("e")
+            ),
+            counts: format!(
+                "WITH t AS MATERIALIZED (SELECT {s}.now_ms() AS now)
+                 SELECT count(*) FILTER (WHERE {ready}),
+                        count(*) FILTER (WHERE {ready} AND j.priority < 1024),
+                        count(*) FILTER (WHERE j.state = 3 AND j.lease_until_ms > t.now),
+                        count(*) FILTER (WHERE j.state = 1 AND j.until_ms > t.now),
+                        count(*) FILTER (WHERE j.state = 2),
+                        coalesce((SELECT paused_until_ms FROM {s}.tubes WHERE name = $1), 0)
+                 FROM {s}.jobs j, t WHERE j.tube = $1"
+            ),
+            pause: format!(
+                "INSERT INTO {s}.tubes (name, paused_until_ms) VALUES ($1, {s}.now_ms() + $2)
+                 ON CONFLICT (name) DO UPDATE SET paused_until_ms = excluded.paused_until_ms"
+            ),
+            heartbeat: format!("UPDATE {s}.nodes SET heartbeat = clock_timestamp() WHERE id = $1"),
+            leave: format!("DELETE FROM {s}.nodes WHERE id = $1"),
+        }
+    }
+}
+
+/// Parses the comma-separated id lists the announcing statements return.
+fn ids_of(rows: &[postgres::Row]) -> Vec<JobId> {
+    rows.iter()
+        .flat_map(|r| {
+            let list: &str = r.get(0);
+            list.split(',')
+                .filter_map(|id| id.parse::<JobId>().ok())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+fn unsigned(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+impl Node {
+    /// Joins the schema's nodes: creates or migrates the schema (as [`crate::PgStore::open`]
+    /// does), registers the node and takes its block of [`NODE_ID_BLOCK`] job ids.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use tickwheel_pg::{Node, PgOptions, PgStore};
+    /// use tickwheel_queue::{Change, DurableState, JobRecord, TubeName};
+    /// use tickwheel_store::Store;
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut options = PgOptions::new("postgres://app@db/jobs");
+    /// options.active_active = true;
+    /// let node = Node::join(&options)?;
+    /// let store = PgStore::open(&options)?.shared();
+    /// let id = node.ids().start; // this node's first job id
+    /// let job = JobRecord {
+    ///     id,
+    ///     tube: TubeName::new("emails")?,
+    ///     priority: 1024,
+    ///     ttr: 60_000,
+    ///     state: DurableState::Ready,
+    ///     created: 0,
+    ///     body: "send the welcome mail".into(),
+    ///     idempotency_key: None,
+    /// };
+    /// store.commit(&[Change::Put(job)])?; // committed, and announced to every node
+    /// let claims = node.claim(&[(id, node.holder(1))])?;
+    /// if let Some(won) = claims.won.first() {
+    ///     println!("client 1 holds job {} until {} (database clock)", won.id, won.lease_until_ms);
+    ///     node.delete(won.holder, won.id)?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`PgError::Db`] if the database cannot be reached or refuses; [`PgError::NewerSchema`]
+    /// if its schema is newer than this build knows.
+    pub fn join(options: &PgOptions) -> Result<Node, PgError> {
+        let mut client = Client::connect(&options.url, NoTls)?;
+        crate::migrate(&mut client, &options.schema)?;
+        let s = options.schema.as_str();
+        // The block starts past every id in use (a phase-1 node's ids may be above the mark
+        // it recorded, within its last reserved block).
+        let row = client.query_one(
+            &format!(
+                "WITH b AS (
+                     UPDATE {s}.meta SET value = greatest(value,
+                         (SELECT coalesce(max(id), 0) + 1 FROM {s}.jobs WHERE id < $2)) + $1
+                     WHERE key = 'next_id'
+                     RETURNING value - $1 AS lo, value AS hi
+                 )
+                 INSERT INTO {s}.nodes (ids_from, ids_to) SELECT lo, hi FROM b
+                 RETURNING id, ids_from, ids_to"
+            ),
+            &[&big(NODE_ID_BLOCK), &big(FOREIGN_ID_BASE)],
+        )?;
+        let (id, from, to): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+        Ok(Node {
+            sql: NodeSql::new(options),
+            options: options.clone(),
+            id,
+            ids: unsigned(from)..unsigned(to),
+            clients: std::iter::once(Mutex::new(Some(client)))
+                .chain((1..NODE_CONNECTIONS).map(|_| Mutex::new(None)))
+                .collect(),
+            next: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    /// This node's id (unique among the schema's nodes, never reused).
+    pub fn id(&self) -> i64 {
+        self.id
+    }
+
+    /// The job ids this node's engine may give out (disjoint from every other node's).
+    pub fn ids(&self) -> Range<u64> {
+        self.ids.clone()
+    }
+
+    /// A holder number for client `client` of this node: the node id in the high 32 bits,
+    /// the client's low 31 bits below (unique across nodes; within a node, unique among
+    /// clients alive at once unless 2^31 clients connect during one lease).
+    pub fn holder(&self, client: u64) -> i64 {
+        (self.id << 32) | i64::try_from(client & 0x7fff_ffff).unwrap_or(0)
+    }
+
+    /// A free connection if there is one, else the next in turn (waiting for it).
+    fn connection(&self) -> Result<MutexGuard<'_, Option<Client>>, postgres::Error> {
+        let start = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let n = self.clients.len();
+        let free = (0..n).find_map(|i| self.clients[(start + i) % n].try_lock().ok());
+        let mut guard = match free {
+            Some(guard) => guard,
+            None => self.clients[start % n]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        };
+        if guard.as_ref().is_none_or(Client::is_closed) {
+            *guard = Some(Client::connect(&self.options.url, NoTls)?);
+        }
+        Ok(guard)
+    }
+
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
+    ) -> Result<T, PgError> {
+        let mut guard = self.connection()?;
+        let client = guard.as_mut().expect("connection() fills the slot");
+        let r = f(client);
+        if r.is_err() && client.is_closed() {
+            *guard = None;
+        }
+        Ok(r?)
+    }
+
+    /// Claims each `(job, holder)` whose job is ready by the database clock (ready; delayed
+    /// and due; or reserved under a lapsed lease) and whose tube is not paused, in one
+    /// statement. Returns the claims that won and, for the others, why they lost; a job asked
+    /// for twice is claimed at most once.
+    ///
+    /// # Errors
+    ///
+    /// Database errors. After a broken connection the outcome is unknown: a claim that did
+    /// commit is released by its lease's expiry.
+    pub fn claim(&self, wanted: &[(JobId, i64)]) -> Result<Claims, PgError> {
+        let ids: Vec<i64> = wanted.iter().map(|(id, _)| big(*id)).collect();
+        let holders: Vec<i64> = wanted.iter().map(|(_, h)| *h).collect();
+        let rows = self.with(|c| c.query(&self.sql.claim, &[&ids, &holders]))?;
+        let mut claims = Claims::default();
+        let mut seen = std::collections::HashSet::new();
+        for r in &rows {
+            let id = unsigned(r.get(0));
+            let asked: i64 = r.get(1);
+            let now = unsigned(r.get(2));
+            claims.at_ms = now;
+            let winner: Option<i64> = r.get(3);
+            if winner == Some(asked) && seen.insert(id) {
+                claims.won.push(Claimed {
+                    id,
+                    holder: asked,
+                    at_ms: now,
+                    lease_until_ms: r.get::<_, Option<i64>>(4).map_or(0, unsigned),
+                });
+                continue;
+            }
+            let state: Option<i16> = r.get(5);
+            let until = r.get::<_, Option<i64>>(6).map_or(0, unsigned);
+            let lease = r.get::<_, Option<i64>>(7).map_or(0, unsigned);
+            let paused = r.get::<_, Option<i64>>(8).map_or(0, unsigned);
+            let why = match state {
+                None => Lost::Gone,
+                Some(_) if winner.is_some() => Lost::Taken,
+                Some(3) if lease > now => Lost::Held {
+                    lease_until_ms: lease,
+                },
+                Some(2) => Lost::Buried,
+                Some(1) if until > now => Lost::NotDue { until_ms: until },
+                Some(_) if paused > now => Lost::Paused { until_ms: paused },
+                // Ready in the snapshot, but another claim or change committed first.
+                Some(_) => Lost::Taken,
+            };
+            claims.lost.push((id, why));
+        }
+        Ok(claims)
+    }
+
+    /// Deletes `id` unless someone other than `holder` holds it under a live lease. False:
+    /// no such job, or another holder has it (`NOT_FOUND`).
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn delete(&self, holder: i64, id: JobId) -> Result<bool, PgError> {
+        let rows = self.with(|c| c.query(&self.sql.delete, &[&big(id), &holder]))?;
+        Ok(!rows.is_empty())
+    }
+
+    /// Releases a job `holder` holds: ready (announced) or, with `delay_ms > 0`, delayed
+    /// until `now_ms() + delay_ms` by the database clock. False if `holder` does not hold it.
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn release(
+        &self,
+        holder: i64,
+        id: JobId,
+        priority: u32,
+        delay_ms: u64,
+    ) -> Result<bool, PgError> {
+        let rows = self.with(|c| {
+            c.query(
+                &self.sql.release,
+                &[&big(id), &holder, &i64::from(priority), &big(delay_ms)],
+            )
+        })?;
+        Ok(!ids_of(&rows).is_empty())
+    }
+
+    /// Returns every job the `holders` hold to ready and announces them (a client hung up:
+    /// beanstalkd makes its reserved jobs ready at once). Returns their ids.
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn release_all(&self, holders: &[i64]) -> Result<Vec<JobId>, PgError> {
+        let rows = self.with(|c| c.query(&self.sql.release_all, &[&holders]))?;
+        Ok(ids_of(&rows))
+    }
+
+    /// Buries a job `holder` holds. False if it does not hold it.
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn bury(&self, holder: i64, id: JobId, priority: u32) -> Result<bool, PgError> {
+        let rows =
+            self.with(|c| c.query(&self.sql.bury, &[&big(id), &holder, &i64::from(priority)]))?;
+        Ok(!rows.is_empty())
+    }
+
+    /// Renews the lease of a job `holder` holds to `now_ms() + ttr`; returns the new end, or
+    /// `None` if it does not hold it.
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn touch(&self, holder: i64, id: JobId) -> Result<Option<u64>, PgError> {
+        let row = self.with(|c| c.query_opt(&self.sql.touch, &[&big(id), &holder]))?;
+        Ok(row.map(|r| unsigned(r.get(0))))
+    }
+
+    /// Kicks up to `bound` buried jobs of `tube` (lowest ids first), cluster-wide; returns
+    /// their ids (announced as ready).
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn kick(&self, tube: &str, bound: u64) -> Result<Vec<JobId>, PgError> {
+        let rows = self.with(|c| c.query(&self.sql.kick, &[&tube, &big(bound)]))?;
+        Ok(ids_of(&rows))
+    }
+
+    /// Returns up to `limit` jobs whose lease lapsed (any node's: a dead node's reservations
+    /// come back here) to ready, and announces them. Returns their ids.
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn expire(&self, limit: u64) -> Result<Vec<JobId>, PgError> {
+        let rows = self.with(|c| c.query(&self.sql.expire, &[&big(limit)]))?;
+        Ok(ids_of(&rows))
+    }
+
+    /// Cluster-wide counts of `tube`'s jobs by the database clock (one scan of the tube's
+    /// rows: `stats-tube` on a busy tube costs a sequential read).
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn tube_counts(&self, tube: &str) -> Result<TubeCounts, PgError> {
+        let r = self.with(|c| c.query_one(&self.sql.counts, &[&tube]))?;
+        Ok(TubeCounts {
+            ready: unsigned(r.get(0)),
+            urgent: unsigned(r.get(1)),
+            reserved: unsigned(r.get(2)),
+            delayed: unsigned(r.get(3)),
+            buried: unsigned(r.get(4)),
+            paused_until_ms: unsigned(r.get(5)),
+        })
+    }
+
+    /// Pauses `tube` on every node for `ms` (0 ends a pause), by the database clock.
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn pause(&self, tube: &str, ms: u64) -> Result<(), PgError> {
+        self.with(|c| c.execute(&self.sql.pause, &[&tube, &big(ms)]))?;
+        Ok(())
+    }
+
+    /// The database clock, Unix ms (rounded down).
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn db_now_ms(&self) -> Result<u64, PgError> {
+        let s = self.options.schema.as_str();
+        let r = self.with(|c| c.query_one(&format!("SELECT {s}.now_ms()"), &[]))?;
+        Ok(unsigned(r.get(0)))
+    }
+
+    /// Records that the node is alive.
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn heartbeat(&self) -> Result<(), PgError> {
+        self.with(|c| c.execute(&self.sql.heartbeat, &[&self.id]))?;
+        Ok(())
+    }
+
+    /// Leaves the schema's nodes (a clean shutdown; a killed node's row stays, harmless: its
+    /// leases lapse like any other).
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn leave(self) -> Result<(), PgError> {
+        self.with(|c| c.execute(&self.sql.leave, &[&self.id]))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,491 @@
+//! Several nodes on one schema (ADR 0008 phase 2, active-active), against a real throw-away
+//! PostgreSQL: claims by primary key on the database clock, one holder, leases, announcements.
+//! Each `Node` here is what one server process would hold; they share nothing but the database.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::{Client, NoTls};
+use tickwheel_pg::{Lost, Node, PgOptions, PgStore, NODE_ID_BLOCK};
+use tickwheel_queue::{Change, DurableState, JobRecord, TubeName};
+use tickwheel_store::Store;
+use tickwheel_testkit::pg::{cluster_for_test, Cluster};
+
+fn setup() -> Option<(Cluster, PgOptions)> {
+    let cluster = cluster_for_test()?;
+    let url = cluster.url();
+    Some((cluster, PgOptions::new(url)))
+}
+
+fn job(id: u64, tube: &str, state: DurableState, ttr_ms: u64) -> JobRecord {
+    JobRecord {
+        id,
+        tube: TubeName::new(tube).expect("valid tube"),
+        priority: 100,
+        ttr: ttr_ms,
+        state,
+        created: 1,
+        body: Bytes::from(format!("job {id}")),
+        idempotency_key: None,
+    }
+}
+
+fn put(store: &PgStore, jobs: Vec<JobRecord>) {
+    let batch: Vec<Change> = jobs.into_iter().map(Change::Put).collect();
+    store.commit(&batch).expect("commit");
+}
+
+/// The ids announced on `<schema>_ready` within `wait`, until `want` is among them.
+fn heard(listener: &mut Client, want: u64, wait: Duration) -> Vec<u64> {
+    let mut ids = Vec::new();
+    let deadline = Instant::now() + wait;
+    let mut notes = listener.notifications();
+    while !ids.contains(&want) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match notes.timeout_iter(left).next() {
+            Ok(Some(note)) => {
+                assert_eq!(note.channel(), "tickwheel_ready");
+                ids.extend(
+                    note.payload()
+                        .split(',')
+                        .map(|s| s.parse::<u64>().expect("id")),
+                );
+            }
+            Ok(None) => break,
+            Err(e) => panic!("listener: {e}"),
+        }
+    }
+    ids
+}
+
+/// A job put through node A is announced to node B and claimed there; from then on only B's
+/// holder acts on it, and the holder-free commands (kick, delete of an unreserved job, the
+/// SQL delete) follow beanstalkd's rules.
+#[test]
+fn a_put_on_one_node_is_claimed_through_another_and_only_the_holder_acts_on_it() {
+    let Some((cluster, options)) = setup() else {
+        return;
+    };
+    // A phase-1 node's jobs exist already: the nodes' id blocks start past them.
+    let store = PgStore::open(&options).expect("open");
+    put(&store, vec![job(41, "old", DurableState::Ready, 1000)]);
+    drop(store);
+
+    let a = Node::join(&options).expect("join a");
+    let b = Node::join(&options).expect("join b");
+    assert_ne!(a.id(), b.id());
+    assert!(a.ids().start > 41 && b.ids().start > 41, "{a:?} {b:?}");
+    assert!(a.ids().end <= b.ids().start || b.ids().end <= a.ids().start);
+    assert_eq!(a.ids().end - a.ids().start, NODE_ID_BLOCK);
+    let store_a = PgStore::open(&options).expect("open").shared();
+    let mut listen_b = Client::connect(&cluster.url(), NoTls).expect("connect");
+    listen_b
+        .batch_execute("LISTEN tickwheel_ready")
+        .expect("listen");
+
+    let id = a.ids().start;
+    put(&store_a, vec![job(id, "t", DurableState::Ready, 60_000)]);
+    assert!(heard(&mut listen_b, id, Duration::from_secs(10)).contains(&id));
+
+    let (ha, hb) = (a.holder(1), b.holder(1));
+    assert_ne!(ha, hb);
+    let won = b.claim(&[(id, hb)]).expect("claim").won;
+    assert_eq!(won.len(), 1);
+    assert_eq!((won[0].id, won[0].holder), (id, hb));
+    assert_eq!(won[0].lease_until_ms, won[0].at_ms + 60_000);
+    let lost = a.claim(&[(id, ha)]).expect("claim");
+    assert!(
+        matches!(&lost.lost[..], [(i, Lost::Held { lease_until_ms })]
+            if *i == id && *lease_until_ms == won[0].lease_until_ms),
+        "{lost:?}"
+    );
+    assert!(lost.won.is_empty(), "one holder");
+    assert!(
+        b.claim(&[(id, b.holder(2))]).expect("claim").won.is_empty(),
+        "even on one node"
+    );
+
+    // Not the holder: NOT_FOUND for everything.
+    assert!(!a.delete(ha, id).expect("delete"));
+    assert!(!a.release(ha, id, 1, 0).expect("release"));
+    assert!(!a.bury(ha, id, 1).expect("bury"));
+    assert_eq!(a.touch(ha, id).expect("touch"), None);
+    let mut app = Client::connect(&cluster.url(), NoTls).expect("connect");
+    let sql_deleted: bool = app
+        .query_one("SELECT tickwheel.delete($1)", &[&(id as i64)])
+        .expect("sql delete")
+        .get(0);
+    assert!(!sql_deleted, "the SQL delete leaves a held job alone");
+    let counts = a.tube_counts("t").expect("counts");
+    assert_eq!((counts.ready, counts.reserved), (0, 1), "{counts:?}");
+
+    // The holder: touch renews, release makes it ready and announces it.
+    let lease = b.touch(hb, id).expect("touch").expect("held");
+    assert!(lease >= won[0].lease_until_ms);
+    assert!(b.release(hb, id, 7, 0).expect("release"));
+    assert!(heard(&mut listen_b, id, Duration::from_secs(10)).contains(&id));
+    assert!(!b.release(hb, id, 7, 0).expect("release"), "no longer held");
+    let counts = b.tube_counts("t").expect("counts");
+    assert_eq!((counts.ready, counts.urgent, counts.reserved), (1, 1, 0));
+
+    // Now A claims it, buries it; kick (from B) brings it back for anyone.
+    assert_eq!(a.claim(&[(id, ha)]).expect("claim").won.len(), 1);
+    assert!(!b.bury(hb, id, 1).expect("bury"));
+    assert!(a.bury(ha, id, 2000).expect("bury"));
+    assert_eq!(b.tube_counts("t").expect("counts").buried, 1);
+    assert_eq!(
+        b.claim(&[(id, hb)]).expect("claim").lost,
+        vec![(id, Lost::Buried)]
+    );
+    assert_eq!(b.kick("t", 10).expect("kick"), vec![id]);
+    assert!(b.kick("t", 10).expect("kick").is_empty());
+    let counts = b.tube_counts("t").expect("counts");
+    assert_eq!((counts.ready, counts.urgent, counts.buried), (1, 0, 0));
+
+    // An engine's kick through the shared commit is announced too.
+    assert_eq!(a.claim(&[(id, ha)]).expect("claim").won.len(), 1);
+    assert!(a.bury(ha, id, 2000).expect("bury"));
+    store_a
+        .commit(&[Change::Update {
+            id,
+            state: DurableState::Ready,
+            priority: 2000,
+        }])
+        .expect("commit");
+    assert!(heard(&mut listen_b, id, Duration::from_secs(10)).contains(&id));
+
+    // A client hangs up: what it held is ready again at once (and announced).
+    assert_eq!(b.claim(&[(id, hb)]).expect("claim").won.len(), 1);
+    assert_eq!(
+        a.release_all(&[ha]).expect("release all"),
+        Vec::<u64>::new()
+    );
+    assert_eq!(b.release_all(&[hb, ha]).expect("release all"), vec![id]);
+    assert!(heard(&mut listen_b, id, Duration::from_secs(10)).contains(&id));
+    assert_eq!(b.tube_counts("t").expect("counts").ready, 1);
+
+    // An unreserved job may be deleted by anyone (beanstalkd), once.
+    assert!(a.delete(ha, id).expect("delete"));
+    assert!(!b.delete(hb, id).expect("delete"));
+    assert_eq!(
+        b.claim(&[(id, hb)]).expect("claim").lost,
+        vec![(id, Lost::Gone)]
+    );
+    assert!(b.claim(&[]).expect("claim").won.is_empty());
+    a.leave().expect("leave");
+    b.heartbeat().expect("heartbeat");
+}
+
+/// Four nodes race to claim the same 300 jobs in different orders, in batches: every job is
+/// claimed exactly once.
+#[test]
+fn racing_claims_give_every_job_exactly_one_holder() {
+    let Some((_cluster, options)) = setup() else {
+        return;
+    };
+    let first = Node::join(&options).expect("join");
+    let store = PgStore::open(&options).expect("open");
+    let base = first.ids().start;
+    let ids: Vec<u64> = (base..base + 300).collect();
+    put(
+        &store,
+        ids.iter()
+            .map(|id| job(*id, "race", DurableState::Ready, 60_000))
+            .collect(),
+    );
+    let nodes: Vec<Node> = std::iter::once(first)
+        .chain((0..3).map(|_| Node::join(&options).expect("join")))
+        .collect();
+    let won: Vec<Vec<(u64, i64)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = nodes
+            .iter()
+            .enumerate()
+            .map(|(n, node)| {
+                let mut order = ids.clone();
+                // A different order per node: forwards, backwards, odd/even interleavings.
+                match n {
+                    1 => order.reverse(),
+                    2 => order.sort_by_key(|id| (id % 2, *id)),
+                    3 => order.sort_by_key(|id| (id % 3, u64::MAX - id)),
+                    _ => {}
+                }
+                s.spawn(move || {
+                    let mut mine = Vec::new();
+                    for chunk in order.chunks(10) {
+                        // Each id twice in the batch, for two clients of this node.
+                        let wanted: Vec<(u64, i64)> = chunk
+                            .iter()
+                            .flat_map(|id| [(*id, node.holder(1)), (*id, node.holder(2))])
+                            .collect();
+                        for c in node.claim(&wanted).expect("claim").won {
+                            mine.push((c.id, c.holder));
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("no panic"))
+            .collect()
+    });
+    let mut holders: HashMap<u64, Vec<i64>> = HashMap::new();
+    for (id, holder) in won.into_iter().flatten() {
+        holders.entry(id).or_default().push(holder);
+    }
+    assert_eq!(holders.len(), ids.len(), "every job claimed");
+    for (id, h) in &holders {
+        assert_eq!(h.len(), 1, "job {id} has holders {h:?}");
+    }
+    let counts = nodes[0].tube_counts("race").expect("counts");
+    assert_eq!((counts.ready, counts.reserved), (0, 300));
+}
+
+/// "Due" is the database's clock: a delayed job cannot be claimed before its time by that
+/// clock (the claim says when it ran), and a paused tube hands out nothing, on every node.
+#[test]
+fn a_delayed_job_is_claimed_only_when_due_by_the_database_clock_and_pauses_are_cluster_wide() {
+    let Some((_cluster, options)) = setup() else {
+        return;
+    };
+    let a = Node::join(&options).expect("join");
+    let b = Node::join(&options).expect("join");
+    let store = PgStore::open(&options).expect("open");
+    let base = a.ids().start;
+    let now = a.db_now_ms().expect("now");
+    let (near, far, paused) = (base, base + 1, base + 2);
+    put(
+        &store,
+        vec![
+            job(near, "d", DurableState::Delayed { until: now + 300 }, 5000),
+            job(
+                far,
+                "d",
+                DurableState::Delayed {
+                    until: now + 3_600_000,
+                },
+                5000,
+            ),
+            job(paused, "p", DurableState::Ready, 5000),
+        ],
+    );
+    let lost = b.claim(&[(far, b.holder(1))]).expect("claim");
+    assert!(lost.won.is_empty());
+    assert_eq!(
+        lost.lost,
+        vec![(
+            far,
+            Lost::NotDue {
+                until_ms: now + 3_600_000
+            }
+        )]
+    );
+    assert_eq!(b.tube_counts("d").expect("counts").delayed, 2);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let claimed = loop {
+        let won = b.claim(&[(near, b.holder(1))]).expect("claim").won;
+        if let Some(c) = won.first() {
+            break *c;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the near job never became claimable"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(
+        claimed.at_ms >= now + 300,
+        "claimed at {} before its due time {}",
+        claimed.at_ms,
+        now + 300
+    );
+    assert!(a
+        .claim(&[(near, a.holder(1))])
+        .expect("claim")
+        .won
+        .is_empty());
+
+    a.pause("p", 3_600_000).expect("pause");
+    let lost = b.claim(&[(paused, b.holder(1))]).expect("claim");
+    assert!(
+        matches!(lost.lost[..], [(i, Lost::Paused { until_ms })] if i == paused && until_ms > now),
+        "{lost:?}"
+    );
+    assert!(lost.won.is_empty(), "paused");
+    let counts = b.tube_counts("p").expect("counts");
+    assert!(
+        counts.paused_until_ms > now && counts.ready == 1,
+        "{counts:?}"
+    );
+    b.pause("p", 0).expect("unpause");
+    assert_eq!(
+        a.claim(&[(paused, a.holder(1))]).expect("claim").won.len(),
+        1
+    );
+}
+
+/// A node dies holding two jobs: by the database clock, once their leases lapse, one is
+/// claimable again through another node (never before), and the other is returned to ready by
+/// a live node's sweep, which announces it; the dead holder can no longer act on either.
+#[test]
+fn a_dead_nodes_reservations_return_at_their_lease_expiry() {
+    let Some((cluster, options)) = setup() else {
+        return;
+    };
+    let a = Node::join(&options).expect("join");
+    let b = Node::join(&options).expect("join");
+    let store = PgStore::open(&options).expect("open");
+    let (claim_back, sweep_back) = (a.ids().start, a.ids().start + 1);
+    put(
+        &store,
+        vec![
+            job(claim_back, "ttr", DurableState::Ready, 1500),
+            job(sweep_back, "ttr", DurableState::Ready, 1500),
+        ],
+    );
+    let ha = a.holder(9);
+    let leases: HashMap<u64, u64> = a
+        .claim(&[(claim_back, ha), (sweep_back, ha)])
+        .expect("claim")
+        .won
+        .into_iter()
+        .map(|c| (c.id, c.lease_until_ms))
+        .collect();
+    assert_eq!(leases.len(), 2);
+    drop(a); // the node dies: its connection closes, nothing else happens
+    let mut listen = Client::connect(&cluster.url(), NoTls).expect("connect");
+    listen
+        .batch_execute("LISTEN tickwheel_ready")
+        .expect("listen");
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let hb = b.holder(1);
+    let won = loop {
+        if let Some(c) = b.claim(&[(claim_back, hb)]).expect("claim").won.first() {
+            break *c;
+        }
+        assert!(Instant::now() < deadline, "the lease never lapsed");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        won.at_ms >= leases[&claim_back],
+        "claimed at {} under a lease until {}",
+        won.at_ms,
+        leases[&claim_back]
+    );
+    let swept = loop {
+        let swept = b.expire(100).expect("expire");
+        if !swept.is_empty() {
+            break swept;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sweep never returned the job"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        swept,
+        vec![sweep_back],
+        "only the lapsed lease, not b's fresh one"
+    );
+    assert!(b.db_now_ms().expect("now") >= leases[&sweep_back]);
+    assert!(heard(&mut listen, sweep_back, Duration::from_secs(10)).contains(&sweep_back));
+    assert!(b.expire(100).expect("expire").is_empty(), "swept once");
+    let counts = b.tube_counts("ttr").expect("counts");
+    assert_eq!((counts.ready, counts.reserved), (1, 1), "{counts:?}");
+
+    // The dead holder holds nothing any more; b's holder does.
+    assert!(!b.release(ha, claim_back, 1, 0).expect("release"));
+    assert!(!b.bury(ha, sweep_back, 1).expect("bury"));
+    assert!(!b.delete(ha, claim_back).expect("delete"), "b holds it");
+    assert!(b.delete(hb, claim_back).expect("delete"));
+    assert!(store.get(claim_back).expect("get").is_none());
+}
+
+/// A node whose clock is ten minutes behind the database's puts a job due in 2 s by its own
+/// clock: in the database it is due 2 s after the commit by the database's clock, so no node
+/// can hand it out early. And a stale engine's update or delete (a node that still thinks the
+/// job is ready) cannot undo another node's claim.
+#[test]
+fn node_clock_skew_cannot_make_a_job_due_early_and_stale_writes_leave_claims_alone() {
+    let Some((_cluster, options)) = setup() else {
+        return;
+    };
+    let a = Node::join(&options).expect("join");
+    let b = Node::join(&options).expect("join");
+    const BEHIND: u64 = 600_000;
+    let clock = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis() as u64
+            - BEHIND
+    };
+    let store = PgStore::open(&options)
+        .expect("open")
+        .shared()
+        .with_node_clock(clock);
+    let (delayed, ready) = (a.ids().start, a.ids().start + 1);
+    let before = a.db_now_ms().expect("now");
+    let node_now = clock();
+    put(
+        &store,
+        vec![
+            job(
+                delayed,
+                "skew",
+                DurableState::Delayed {
+                    until: node_now + 2000,
+                },
+                60_000,
+            ),
+            job(ready, "skew", DurableState::Ready, 60_000),
+        ],
+    );
+    let after = a.db_now_ms().expect("now");
+    let Some(DurableState::Delayed { until }) = store.get(delayed).expect("get").map(|r| r.state)
+    else {
+        panic!("still delayed");
+    };
+    assert!(
+        until >= before + 2000 && until <= after + 2000,
+        "due at {until}, database clock {before}..{after} at the commit"
+    );
+    let lost = b.claim(&[(delayed, b.holder(1))]).expect("claim");
+    assert!(
+        lost.won.is_empty(),
+        "early by {} ms",
+        until.saturating_sub(before)
+    );
+
+    // B holds `ready`; A's engine, stale, releases (delays) and deletes it through the commit.
+    assert_eq!(
+        b.claim(&[(ready, b.holder(1))]).expect("claim").won.len(),
+        1
+    );
+    store
+        .commit(&[Change::Update {
+            id: ready,
+            state: DurableState::Delayed { until: 1 },
+            priority: 1,
+        }])
+        .expect("commit");
+    store
+        .commit(&[Change::Delete { id: ready }])
+        .expect("commit");
+    let counts = a.tube_counts("skew").expect("counts");
+    assert_eq!((counts.reserved, counts.delayed), (1, 1), "{counts:?}");
+    // Once B lets go, the same stale writes apply.
+    assert!(b.release(b.holder(1), ready, 5, 0).expect("release"));
+    store
+        .commit(&[Change::Delete { id: ready }])
+        .expect("commit");
+    assert!(store.get(ready).expect("get").is_none());
+}

@@ -1,0 +1,197 @@
+//! Every node serving at once (`--postgres-mode active-active`, ADR 0008 phase 2).
+//!
+//! # Ground rules
+//!
+//! - The engine is a cache and a wake-up schedule; the database decides. A job the engine
+//!   hands to a client is [`claim`]ed in the database (by primary key, on the database clock)
+//!   before the client hears of it; a lost claim drops the job from the engine
+//!   ([`Engine::drop_cached`]) and the reserve runs again. A job not due yet by the database
+//!   clock, or in a tube paused by another node, is dropped and adopted again when it may be.
+//! - `delete`, `release`, `bury` and `touch` run in the database first, checked against the
+//!   holder (this node and connection); the reply is the database's answer. The engine then
+//!   runs the same command to keep its cache (its store writes are the shared commit's,
+//!   which leave rows held by others alone).
+//! - Jobs other nodes make ready (puts, releases, expired leases, kicks) arrive as
+//!   notifications and are adopted by the watcher ([`super::Watcher`]), which also returns
+//!   lapsed leases to ready (any node's: a dead node's reservations come back this way).
+//!
+//! [`Engine::drop_cached`]: tickwheel_queue::Engine::drop_cached
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tickwheel_pg::{Lost, Node, PgStore};
+use tickwheel_proto::{Command, Reply};
+use tickwheel_queue::{ClientId, JobId};
+
+use crate::shared::Shared;
+
+/// What a node serving beside others needs at hand: its registration (claims, holder-checked
+/// commands) and the store (to read jobs it adopts).
+pub(crate) struct Active {
+    pub(crate) node: Node,
+    pub(crate) store: Arc<PgStore>,
+}
+
+impl Active {
+    fn holder(&self, client: ClientId) -> i64 {
+        self.node.holder(client.0)
+    }
+}
+
+/// Runs a blocking database call off the runtime's workers (the synchronous client refuses
+/// to run on them).
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    tokio::task::spawn_blocking(f).await.ok()
+}
+
+/// Claims `id`, which the engine just reserved for `client`, in the database. `Some(true)`:
+/// the client holds it. `Some(false)`: lost (the engine no longer has it; reserve again).
+/// `None`: the database could not be asked (answer `INTERNAL_ERROR`; a claim that did commit
+/// ends with its lease).
+pub(crate) async fn claim(
+    shared: &Arc<Shared>,
+    active: &Arc<Active>,
+    client: ClientId,
+    id: JobId,
+) -> Option<bool> {
+    let a = active.clone();
+    let holder = active.holder(client);
+    let claims = match blocking(move || a.node.claim(&[(id, holder)])).await? {
+        Ok(claims) => claims,
+        Err(error) => {
+            tracing::warn!(%error, id, "cannot claim a job in PostgreSQL");
+            shared.apply(|engine| engine.drop_cached(id));
+            readopt_later(
+                shared.clone(),
+                active.clone(),
+                id,
+                Duration::from_millis(100),
+            );
+            return None;
+        }
+    };
+    if claims.won.iter().any(|c| c.id == id) {
+        return Some(true);
+    }
+    shared.apply(|engine| engine.drop_cached(id));
+    // Gone, held or buried elsewhere: it comes back announced if it is ever ready again. Not
+    // due yet by the database clock, or paused: adopted again then.
+    if let Some(Lost::NotDue { until_ms } | Lost::Paused { until_ms }) =
+        claims.lost.first().map(|(_, why)| *why)
+    {
+        let wait = Duration::from_millis(until_ms.saturating_sub(claims.at_ms));
+        readopt_later(shared.clone(), active.clone(), id, wait);
+    }
+    Some(false)
+}
+
+/// Reads `id` again after `wait` and adopts it if no one holds it.
+fn readopt_later(shared: Arc<Shared>, active: Arc<Active>, id: JobId, wait: Duration) {
+    tokio::spawn(async move {
+        tokio::time::sleep(wait).await;
+        let store = active.store.clone();
+        if let Some(Ok(records)) = blocking(move || store.get_free(&[id])).await {
+            adopt_fresh(&shared, records);
+        }
+    });
+}
+
+/// Adopts records read from the database, replacing what the engine had for them unless one
+/// of its clients holds the job.
+pub(crate) fn adopt_fresh(shared: &Shared, records: Vec<tickwheel_queue::JobRecord>) {
+    if records.is_empty() {
+        return;
+    }
+    shared.apply(|engine| {
+        for record in records {
+            match engine.job_state(record.id) {
+                Some(tickwheel_queue::JobState::Reserved) => continue,
+                Some(_) => {
+                    engine.drop_cached(record.id);
+                }
+                None => {}
+            }
+            engine.adopt(record);
+        }
+    });
+}
+
+/// `delete`, `release`, `bury`, `touch` on the database, checked against the holder: the
+/// reply, or `None` for another command. The engine runs the command afterwards (the caller
+/// does) only when this answered with success.
+pub(crate) async fn run_checked(
+    active: &Arc<Active>,
+    client: ClientId,
+    command: &Command,
+) -> Option<Reply> {
+    let holder = active.holder(client);
+    let a = active.clone();
+    let command = command.clone();
+    let outcome = blocking(move || -> Option<Result<Reply, tickwheel_pg::PgError>> {
+        let n = &a.node;
+        let ok = |done: bool, reply: Reply| if done { reply } else { Reply::NotFound };
+        Some(match command {
+            Command::Delete(id) => n.delete(holder, id).map(|d| ok(d, Reply::Deleted)),
+            Command::Release {
+                id,
+                priority,
+                delay,
+            } => n
+                .release(holder, id, priority, u64::from(delay) * 1000)
+                .map(|d| ok(d, Reply::Released)),
+            Command::Bury { id, priority } => {
+                n.bury(holder, id, priority).map(|d| ok(d, Reply::Buried))
+            }
+            Command::Touch(id) => n.touch(holder, id).map(|d| ok(d.is_some(), Reply::Touched)),
+            _ => return None,
+        })
+    })
+    .await;
+    match outcome {
+        None => Some(Reply::InternalError),
+        Some(None) => None,
+        Some(Some(Ok(reply))) => Some(reply),
+        Some(Some(Err(error))) => {
+            tracing::warn!(%error, "a holder-checked command failed in PostgreSQL");
+            Some(Reply::InternalError)
+        }
+    }
+}
+
+/// Cluster-wide job counts of `tube` (`stats-tube`), or `None` if the database could not be
+/// asked.
+pub(crate) async fn tube_counts(
+    active: &Arc<Active>,
+    tube: &str,
+) -> Option<tickwheel_pg::TubeCounts> {
+    let a = active.clone();
+    let tube = tube.to_owned();
+    match blocking(move || a.node.tube_counts(&tube)).await? {
+        Ok(counts) => Some(counts),
+        Err(error) => {
+            tracing::warn!(%error, "cannot count a tube's jobs in PostgreSQL");
+            None
+        }
+    }
+}
+
+/// `pause-tube` on every node (the claims refuse the tube's jobs until then).
+pub(crate) async fn pause(active: &Arc<Active>, tube: &str, seconds: u32) -> bool {
+    let a = active.clone();
+    let tube = tube.to_owned();
+    matches!(
+        blocking(move || a.node.pause(&tube, u64::from(seconds) * 1000)).await,
+        Some(Ok(()))
+    )
+}
+
+/// A client hung up: what it held is ready again at once, on every node (as beanstalkd makes
+/// a closed connection's reserved jobs ready).
+pub(crate) async fn disconnected(active: &Arc<Active>, client: ClientId) {
+    let holder = active.holder(client);
+    let a = active.clone();
+    if let Some(Err(error)) = blocking(move || a.node.release_all(&[holder])).await {
+        tracing::warn!(%error, "cannot release a closed connection's jobs (their leases end them)");
+    }
+}
