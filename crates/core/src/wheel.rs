@@ -115,6 +115,12 @@ pub struct Wheel<T> {
     /// the staging table (`pre_moving`) or are all there.
     pre_window: Tick,
     pre_moving: bool,
+    /// `pre_window >> 8` while a window is staged (not moving), else `u64::MAX` (no
+    /// deadline's high digits): [`place`](Self::place) tests one integer.
+    staged_block: u64,
+    /// A cascade is paused or a window is moving: a removal may first have to finish it.
+    /// The hot paths test this one flag.
+    settling: bool,
 }
 
 /// What one [`Wheel::poll_budgeted`] call did.
@@ -203,6 +209,8 @@ impl<T> Wheel<T> {
             cascade_min: 0,
             pre_window: 0,
             pre_moving: false,
+            staged_block: u64::MAX,
+            settling: false,
         }
     }
 
@@ -343,7 +351,7 @@ impl<T> Wheel<T> {
             .get(key.index as usize)?
             .live(key.gen)?
             .deadline;
-        if self.cascade_level != 0 || self.pre_moving {
+        if self.settling {
             // In the window of a paused cascade or pre-cascade, its item may not have moved
             // yet.
             self.settle_for(deadline);
@@ -797,10 +805,7 @@ impl<T> Wheel<T> {
     /// items not moved yet are there, and a new one is filed behind them).
     #[inline]
     fn place(&self, deadline: Tick) -> (usize, usize) {
-        if self.pre_window != 0
-            && !self.pre_moving
-            && deadline.wrapping_sub(self.pre_window) < SLOTS as u64
-        {
+        if deadline >> BITS_PER_LEVEL == self.staged_block {
             return (STAGE, slot_for(deadline, 0));
         }
         let level = level_for(self.elapsed, deadline);
@@ -870,7 +875,7 @@ impl<T> Wheel<T> {
                 self.nonempty &= !(1 << level);
                 if level == STAGE && !self.pre_moving {
                     // The staged window emptied: nothing left to enter.
-                    self.pre_window = 0;
+                    self.set_pre(0, false);
                 }
             }
             return true;
@@ -944,6 +949,7 @@ impl<T> Wheel<T> {
         );
         self.cascade_min = lvl.min[slot];
         self.cascade_level = level;
+        self.settling = true;
         self.cascade_slot = slot;
     }
 
@@ -1039,14 +1045,25 @@ impl<T> Wheel<T> {
                 // minimum (`next_deadline` reads it).
                 self.compact(1, slot);
             }
-            self.pre_window = window;
-            self.pre_moving = true;
+            self.set_pre(window, true);
         }
         if !self.pre_moving {
             return false;
         }
         let mut budget = budget;
         !self.pre_step(&mut budget)
+    }
+
+    /// Sets the pre-cascade state (`window` 0: none) and the flags derived from it.
+    fn set_pre(&mut self, window: Tick, moving: bool) {
+        self.pre_window = window;
+        self.pre_moving = moving;
+        self.staged_block = if window != 0 && !moving {
+            window >> BITS_PER_LEVEL
+        } else {
+            u64::MAX
+        };
+        self.settling = moving || self.cascade_level != 0;
     }
 
     /// `true` if `(level, slot)` (from [`front`](Self::front)) is the pre-cascaded window:
@@ -1076,7 +1093,7 @@ impl<T> Wheel<T> {
         let staged = (self.nonempty >> STAGE) & 1;
         self.nonempty = (self.nonempty & !(1 << STAGE)) | staged;
         self.elapsed = self.pre_window;
-        self.pre_window = 0;
+        self.set_pre(0, false);
     }
 
     /// Moves the pre-cascading window's timers from its level-1 slot to the staging table,
@@ -1096,9 +1113,10 @@ impl<T> Wheel<T> {
                 if lvl.occupied.is_empty() {
                     self.nonempty &= !(1 << 1);
                 }
-                self.pre_moving = false;
                 if self.nonempty & (1 << STAGE) == 0 {
-                    self.pre_window = 0; // every timer of the window was removed
+                    self.set_pre(0, false); // every timer of the window was removed
+                } else {
+                    self.set_pre(self.pre_window, false);
                 }
                 return true;
             }
@@ -1154,6 +1172,7 @@ impl<T> Wheel<T> {
                     self.nonempty &= !(1 << level);
                 }
                 self.cascade_level = 0;
+                self.settling = false; // no window moves while a cascade is paused
                 return true;
             }
             if *budget == 0 && moved {
@@ -1307,6 +1326,9 @@ impl<T> Wheel<T> {
             let first_spare = self.pool.next(write_chunk);
             self.pool.free_run(first_spare, chain.tail);
         }
+        // The level-1 slot of a moving window keeps its `min`: the window's exact minimum,
+        // over the timers already staged too (`compact_all` and `shrink_to_fit` reach it).
+        let moving = self.at_window(level, slot) && level != STAGE;
         let lvl = &mut self.levels[level];
         lvl.chains[slot] = Chain {
             tail: write_chunk,
@@ -1314,8 +1336,10 @@ impl<T> Wheel<T> {
             items: kept,
             ..chain
         };
-        lvl.min[slot] = min;
-        lvl.stale.clear(slot);
+        if !moving {
+            lvl.min[slot] = min;
+            lvl.stale.clear(slot);
+        }
     }
 
     /// Stable-sorts the live items of `slot` at `level` by deadline (dropping its garbage)
@@ -1454,8 +1478,7 @@ impl<T> Wheel<T> {
         }
         self.pool.clear();
         self.cascade_level = 0;
-        self.pre_window = 0;
-        self.pre_moving = false;
+        self.set_pre(0, false);
         self.nonempty = 0;
         self.horizon = Tick::MAX;
         self.free = NIL;
