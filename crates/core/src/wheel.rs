@@ -748,22 +748,23 @@ impl<T> Wheel<T> {
     /// Level and slot of the earliest pending timers.
     #[inline]
     fn front(&self) -> Option<(usize, usize)> {
-        if self.nonempty == 0 {
-            return None;
-        }
-        if self.nonempty & 1 == 0 && self.pre_window != 0 && !self.pre_moving {
-            // The staged window follows the current rotation (and is never empty).
+        // Level 0 (the current rotation) first; then a staged window (never empty); then the
+        // levels above (while a window moves, its level-1 slot is the earliest of those).
+        let level = if self.nonempty & 1 != 0 {
+            0
+        } else if self.staged_block != u64::MAX {
             return self.levels[STAGE]
                 .occupied
                 .first()
                 .map(|slot| (STAGE, slot));
-        }
-        // The staging table is the earliest only when staged (above); while its window is
-        // moving, the window's level-1 slot comes first.
-        let level = (self.nonempty & !(1 << STAGE)).trailing_zeros() as usize;
-        if level >= NUM_LEVELS {
-            return None;
-        }
+        } else {
+            // Also `None` when the wheel is empty (16 trailing zeros).
+            let level = (self.nonempty & !(1 << STAGE)).trailing_zeros() as usize;
+            if level >= NUM_LEVELS {
+                return None;
+            }
+            level
+        };
         let occupied = &self.levels[level].occupied;
         #[cfg(debug_assertions)]
         debug_assert_eq!(
