@@ -621,7 +621,6 @@ impl<T> Wheel<T> {
         let now = now.max(self.elapsed);
         if now < self.horizon {
             self.elapsed = now;
-            self.prepare(budget);
             return Step::Idle;
         }
         loop {
@@ -634,7 +633,6 @@ impl<T> Wheel<T> {
                 if now < self.pre_window {
                     self.elapsed = now;
                     self.horizon = self.pre_window;
-                    self.prepare(budget);
                     return Step::Idle;
                 }
                 if self.pre_moving {
@@ -650,7 +648,6 @@ impl<T> Wheel<T> {
             if start > now {
                 self.elapsed = now;
                 self.horizon = start;
-                self.prepare(budget);
                 return Step::Idle;
             }
             if level != 0 && budget == 0 && worked {
@@ -992,8 +989,8 @@ impl<T> Wheel<T> {
     /// start, and its first timer waits until the whole slot has moved (a million timers due
     /// within a second: ~250k per window, milliseconds of work). `prepare` lets that work
     /// happen earlier, in small steps, while the current rotation's timers are still firing:
-    /// [`poll_budgeted`](Self::poll_budgeted) calls it with its budget whenever it returns
-    /// [`Step::Idle`], so a driver that polls with a budget needs nothing else.
+    /// e.g. call it with the same budget whenever [`poll_budgeted`](Self::poll_budgeted)
+    /// returns [`Step::Idle`] (the timer service's driver does).
     ///
     /// It does nothing (returns `false`) while a [`poll_budgeted`](Self::poll_budgeted)
     /// cascade is paused, when the next window holds no timer, or when the next window

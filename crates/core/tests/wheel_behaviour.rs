@@ -405,8 +405,9 @@ fn budgeted_polls_pause_and_agree_with_poll() {
             want.push((plain.now(), value));
         }
         assert_eq!(got, want, "up to {now}");
-        // Between two ticks: `budgeted` pre-cascaded (part of) the next window on its idle
-        // call (`prepare`), so these land while that window is moving or staged.
+        // Between two ticks: `budgeted` pre-cascades (part of) the next window, so these
+        // land while that window is moving or staged.
+        budgeted.prepare(next(50) as usize);
         let i = next(keys.len() as u64) as usize;
         match next(3) {
             0 => {
