@@ -23,6 +23,26 @@ pub(crate) const MAX_TIMERS: usize = 1 << 30;
 /// timer in the worst case; a compaction reads `live + garbage` entries to drop `garbage`
 /// items, 1.67 reads per cancel.
 const GARBAGE_HALVES: u32 = 3;
+
+/// Index in `Wheel::levels` of the staging table: a second level-0 table for the next
+/// rotation, filled by [`Wheel::prepare`] (ADR 0011).
+const STAGE: usize = NUM_LEVELS;
+
+/// Tables in `Wheel::levels`: the levels and the staging table.
+const TABLES: usize = NUM_LEVELS + 1;
+
+/// For each table, the mask that turns a deadline filed there into its slot's start (the
+/// staging table's slots are single ticks, as level 0's).
+const START_MASK: [u64; TABLES] = {
+    let mut masks = [0; TABLES];
+    let mut level = 0;
+    while level < NUM_LEVELS {
+        masks[level] = u64::MAX << (level as u32 * BITS_PER_LEVEL);
+        level += 1;
+    }
+    masks[STAGE] = u64::MAX;
+    masks
+};
 const GARBAGE_SLACK: u32 = 32;
 
 /// Whether a slot with `live` timers and `garbage` dead items must be compacted.
@@ -71,7 +91,8 @@ pub struct Wheel<T> {
     /// A lower bound of the start of the earliest occupied slot (`Tick::MAX` when empty): a
     /// poll before it has nothing to do. Lowered by every filing, made exact by polls.
     horizon: Tick,
-    levels: Box<[Level; NUM_LEVELS]>,
+    /// The levels, then the staging table (`STAGE`).
+    levels: Box<[Level; TABLES]>,
     /// The slots' items (slab indices), in chains of one-cache-line chunks.
     pool: Pool,
     /// Reused buffer for sorting a slot (see `sort_slot`).
@@ -89,6 +110,17 @@ pub struct Wheel<T> {
     /// While `cascading`: the exact earliest deadline among the cascading slot's timers,
     /// moved or not (no timer of that range is removed while a cascade is paused).
     cascade_min: Tick,
+    /// 0, or the first tick of the window of the next level-0 rotation being pre-cascaded
+    /// (see [`Wheel::prepare`]): the window's timers are moving from their level-1 slot to
+    /// the staging table (`pre_moving`) or are all there.
+    pre_window: Tick,
+    pre_moving: bool,
+    /// `pre_window >> 8` while a window is staged (not moving), else `u64::MAX` (no
+    /// deadline's high digits): [`place`](Self::place) tests one integer.
+    staged_block: u64,
+    /// A cascade is paused or a window is moving: a removal may first have to finish it.
+    /// The hot paths test this one flag.
+    settling: bool,
 }
 
 /// What one [`Wheel::poll_budgeted`] call did.
@@ -168,13 +200,17 @@ impl<T> Wheel<T> {
             elapsed: now,
             nonempty: 0,
             horizon: Tick::MAX,
-            levels: Box::new([Level::EMPTY; NUM_LEVELS]),
+            levels: Box::new([Level::EMPTY; TABLES]),
             pool: Pool::new(),
             scratch: Vec::new(),
             fresh_gen: wheel_seed(),
             cascade_level: 0,
             cascade_slot: 0,
             cascade_min: 0,
+            pre_window: 0,
+            pre_moving: false,
+            staged_block: u64::MAX,
+            settling: false,
         }
     }
 
@@ -219,7 +255,7 @@ impl<T> Wheel<T> {
         let items = (self.len + additional) * (2 + GARBAGE_HALVES as usize) / 2;
         let per_slot = 2 + GARBAGE_SLACK as usize / ITEMS as usize;
         self.pool
-            .reserve_total(items / ITEMS as usize + per_slot * SLOTS * NUM_LEVELS);
+            .reserve_total(items / ITEMS as usize + per_slot * SLOTS * TABLES);
         // The sort buffer (see `sort_slot`): 4 bytes per timer, touched only if a slot
         // that large is ever sorted.
         self.scratch.reserve(self.len + additional);
@@ -315,11 +351,12 @@ impl<T> Wheel<T> {
             .get(key.index as usize)?
             .live(key.gen)?
             .deadline;
-        let level = level_for(self.elapsed, deadline);
-        if level < self.cascade_level {
-            // In the window of a paused cascade: its item may not have moved yet.
-            self.finish_cascade();
+        if self.settling {
+            // In the window of a paused cascade or pre-cascade, its item may not have moved
+            // yet.
+            self.settle_for(deadline);
         }
+        let (level, slot) = self.place(deadline);
         let vacant = Entry::Vacant {
             gen: key.gen.wrapping_add(1),
             next_free: self.free,
@@ -330,7 +367,7 @@ impl<T> Wheel<T> {
         };
         self.free = key.index;
         self.len -= 1;
-        if self.unfile_at(timer.deadline, level) {
+        if self.unfile_in(timer.deadline, level, slot) {
             self.repair_front();
         }
         Some(timer.value)
@@ -448,6 +485,10 @@ impl<T> Wheel<T> {
         if level == 0 {
             return Some(slot_start(self.elapsed, 0, slot));
         }
+        if level == STAGE {
+            return Some(self.pre_window + slot as Tick);
+        }
+        // While a window moves, its level-1 slot's `min` is the window's exact minimum.
         let lvl = &self.levels[level];
         debug_assert!(!lvl.stale.get(slot), "front slot stale; level={level}");
         Some(lvl.min[slot])
@@ -502,6 +543,16 @@ impl<T> Wheel<T> {
                 self.horizon = Tick::MAX;
                 return None;
             };
+            if self.at_window(level, slot) {
+                if now < self.pre_window {
+                    self.elapsed = now;
+                    self.horizon = self.pre_window;
+                    return None;
+                }
+                self.finish_pre();
+                self.enter_window();
+                continue;
+            }
             let start = slot_start(self.elapsed, level, slot);
             if start > now {
                 self.elapsed = now;
@@ -578,6 +629,21 @@ impl<T> Wheel<T> {
                 self.horizon = Tick::MAX;
                 return Step::Idle;
             };
+            if self.at_window(level, slot) {
+                if now < self.pre_window {
+                    self.elapsed = now;
+                    self.horizon = self.pre_window;
+                    return Step::Idle;
+                }
+                if self.pre_moving {
+                    worked = true;
+                    if !self.pre_step(&mut budget) {
+                        return Step::Paused;
+                    }
+                }
+                self.enter_window();
+                continue;
+            }
             let start = slot_start(self.elapsed, level, slot);
             if start > now {
                 self.elapsed = now;
@@ -679,10 +745,23 @@ impl<T> Wheel<T> {
     /// Level and slot of the earliest pending timers.
     #[inline]
     fn front(&self) -> Option<(usize, usize)> {
-        if self.nonempty == 0 {
-            return None;
-        }
-        let level = self.nonempty.trailing_zeros() as usize;
+        // Level 0 (the current rotation) first; then a staged window (never empty); then the
+        // levels above (while a window moves, its level-1 slot is the earliest of those).
+        let level = if self.nonempty & 1 != 0 {
+            0
+        } else if self.staged_block != u64::MAX {
+            return self.levels[STAGE]
+                .occupied
+                .first()
+                .map(|slot| (STAGE, slot));
+        } else {
+            // Also `None` when the wheel is empty (16 trailing zeros).
+            let level = (self.nonempty & !(1 << STAGE)).trailing_zeros() as usize;
+            if level >= NUM_LEVELS {
+                return None;
+            }
+            level
+        };
         let occupied = &self.levels[level].occupied;
         #[cfg(debug_assertions)]
         debug_assert_eq!(
@@ -707,14 +786,28 @@ impl<T> Wheel<T> {
     /// item's address, which the caller stores in the entry.
     #[inline]
     fn file(&mut self, index: u32, deadline: Tick) -> NonZeroU32 {
-        let level = level_for(self.elapsed, deadline);
+        let (level, slot) = self.place(deadline);
         if level < self.cascade_level {
             // The window of a paused cascade (its slot's levels below): filed at the tail of
             // the cascading slot, behind the timers not moved yet, so ties keep their order.
+            // (No window is pre-cascaded then, so `level` is `level_for`'s.)
             self.cascade_min = self.cascade_min.min(deadline);
             return self.file_in(index, deadline, self.cascade_level, self.cascade_slot);
         }
-        self.file_in(index, deadline, level, slot_for(deadline, level))
+        self.file_in(index, deadline, level, slot)
+    }
+
+    /// The table and slot where a timer due at `deadline` belongs now: a function of the
+    /// deadline, the clock and the pre-cascade state. A deadline in a staged window belongs
+    /// to the staging table; while the window is still moving, to its level-1 slot (the
+    /// items not moved yet are there, and a new one is filed behind them).
+    #[inline]
+    fn place(&self, deadline: Tick) -> (usize, usize) {
+        if deadline >> BITS_PER_LEVEL == self.staged_block {
+            return (STAGE, slot_for(deadline, 0));
+        }
+        let level = level_for(self.elapsed, deadline);
+        (level, slot_for(deadline, level))
     }
 
     /// [`file`](Self::file) into a given slot.
@@ -724,9 +817,7 @@ impl<T> Wheel<T> {
             self.compact_all();
         }
         // The slot's start: the deadline without its digits below `level`.
-        self.horizon = self
-            .horizon
-            .min(deadline & (u64::MAX << (level as u32 * BITS_PER_LEVEL)));
+        self.horizon = self.horizon.min(deadline & START_MASK[level]);
         let lvl = &mut self.levels[level];
         let chain = &mut lvl.chains[slot];
         if chain.live == 0 {
@@ -764,14 +855,14 @@ impl<T> Wheel<T> {
     #[inline]
     #[must_use]
     fn unfile(&mut self, deadline: Tick) -> bool {
-        self.unfile_at(deadline, level_for(self.elapsed, deadline))
+        let (level, slot) = self.place(deadline);
+        self.unfile_in(deadline, level, slot)
     }
 
-    /// [`unfile`](Self::unfile) with the timer's level already known.
+    /// [`unfile`](Self::unfile) with the timer's table and slot already known.
     #[inline]
     #[must_use]
-    fn unfile_at(&mut self, deadline: Tick, level: usize) -> bool {
-        let slot = slot_for(deadline, level);
+    fn unfile_in(&mut self, deadline: Tick, level: usize, slot: usize) -> bool {
         let lvl = &mut self.levels[level];
         let chain = &mut lvl.chains[slot];
         chain.live -= 1;
@@ -780,6 +871,10 @@ impl<T> Wheel<T> {
             lvl.set_empty(slot);
             if lvl.occupied.is_empty() {
                 self.nonempty &= !(1 << level);
+                if level == STAGE && !self.pre_moving {
+                    // The staged window emptied: nothing left to enter.
+                    self.set_pre(0, false);
+                }
             }
             return true;
         }
@@ -852,6 +947,7 @@ impl<T> Wheel<T> {
         );
         self.cascade_min = lvl.min[slot];
         self.cascade_level = level;
+        self.settling = true;
         self.cascade_slot = slot;
     }
 
@@ -872,12 +968,188 @@ impl<T> Wheel<T> {
         if level_for(self.elapsed, deadline) < self.cascade_level {
             self.finish_cascade();
         }
+        if self.pre_moving && deadline.wrapping_sub(self.pre_window) < SLOTS as u64 {
+            self.finish_pre();
+        }
     }
 
     /// The paused cascade's level and slot, if any.
     #[inline]
     fn cascading(&self) -> Option<(usize, usize)> {
         (self.cascade_level != 0).then_some((self.cascade_level, self.cascade_slot))
+    }
+
+    /// Pre-cascades with bounded work: moves at most about `budget` timers (whole lines of
+    /// 15, at least one line) of the next rotation's 256-tick window from their level-1 slot
+    /// into a staging table, so that when the clock reaches the window its timers are
+    /// already sorted by tick and the first can be handed out at once. Returns `true` while
+    /// there is more to move.
+    ///
+    /// Without it, a window's slot is moved down only when the clock reaches the window's
+    /// start, and its first timer waits until the whole slot has moved (a million timers due
+    /// within a second: ~250k per window, milliseconds of work). `prepare` lets that work
+    /// happen earlier, in small steps, while the current rotation's timers are still firing:
+    /// e.g. call it with the same budget whenever [`poll_budgeted`](Self::poll_budgeted)
+    /// returns [`Step::Idle`] (the timer service's driver does).
+    ///
+    /// It does nothing (returns `false`) while a [`poll_budgeted`](Self::poll_budgeted)
+    /// cascade is paused, when the next window holds no timer, or when the next window
+    /// starts a new level-2 rotation (its timers are then filed above level 1, 1 window in
+    /// 256). Every guarantee holds: never early, exactly once, ties in insertion order,
+    /// exact [`next_deadline`](Self::next_deadline). While the window is moving, inserting
+    /// anything stays O(1) (a timer due in the window is filed behind the ones not moved
+    /// yet); removing or resetting a timer due in the window first finishes the move, as
+    /// does a plain [`poll`](Self::poll) reaching the window.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tickwheel_core::Wheel;
+    ///
+    /// let mut wheel = Wheel::new();
+    /// wheel.insert(10, u64::MAX);
+    /// for i in 0..1_000u64 {
+    ///     wheel.insert(256 + i % 256, i); // the next rotation's window: ticks 256..512
+    /// }
+    /// let mut steps = 1;
+    /// while wheel.prepare(64) {
+    ///     steps += 1; // e.g. between two ticks of a driver, or with a lock released
+    /// }
+    /// assert!(steps >= 10); // ~75 timers moved per call: 5 lines of 15
+    /// assert_eq!(wheel.next_deadline(), Some(10));
+    /// assert_eq!(wheel.poll(255).map(|(_, v)| v), Some(u64::MAX));
+    /// assert_eq!(wheel.poll(255), None);
+    /// // The window's timers are in place: the first comes out with no cascade to do.
+    /// assert_eq!(wheel.poll(256).map(|(_, v)| v), Some(0));
+    /// ```
+    pub fn prepare(&mut self, budget: usize) -> bool {
+        if self.cascade_level != 0 {
+            return false;
+        }
+        if self.pre_window == 0 {
+            let Some(window) = (self.elapsed | (SLOTS as Tick - 1)).checked_add(1) else {
+                return false;
+            };
+            // The window's timers must sit in one level-1 slot.
+            if level_for(self.elapsed, window) != 1 {
+                return false;
+            }
+            let slot = slot_for(window, 1);
+            if !self.levels[1].occupied.get(slot) {
+                return false;
+            }
+            if self.levels[1].stale.get(slot) {
+                // While the window moves, this slot's `min` must be the window's exact
+                // minimum (`next_deadline` reads it).
+                self.compact(1, slot);
+            }
+            self.set_pre(window, true);
+        }
+        if !self.pre_moving {
+            return false;
+        }
+        let mut budget = budget;
+        !self.pre_step(&mut budget)
+    }
+
+    /// Sets the pre-cascade state (`window` 0: none) and the flags derived from it.
+    fn set_pre(&mut self, window: Tick, moving: bool) {
+        self.pre_window = window;
+        self.pre_moving = moving;
+        self.staged_block = if window != 0 && !moving {
+            window >> BITS_PER_LEVEL
+        } else {
+            u64::MAX
+        };
+        self.settling = moving || self.cascade_level != 0;
+    }
+
+    /// `true` if `(level, slot)` (from [`front`](Self::front)) is the pre-cascaded window:
+    /// staged, or the level-1 slot it is moving from.
+    #[inline]
+    fn at_window(&self, level: usize, slot: usize) -> bool {
+        level == STAGE || (level == 1 && self.pre_moving && slot == slot_for(self.pre_window, 1))
+    }
+
+    /// Completes a moving pre-cascade, if any.
+    fn finish_pre(&mut self) {
+        if self.pre_moving {
+            let mut unbounded = usize::MAX;
+            let done = self.pre_step(&mut unbounded);
+            debug_assert!(done);
+        }
+    }
+
+    /// The clock reaches the staged window (level 0 is empty: the current rotation is
+    /// over): the staging table becomes level 0, and the clock reads the window's start.
+    fn enter_window(&mut self) {
+        debug_assert!(!self.pre_moving && self.nonempty & 1 == 0);
+        if self.pre_window == 0 {
+            return; // the window emptied while it moved
+        }
+        self.levels.swap(0, STAGE);
+        let staged = (self.nonempty >> STAGE) & 1;
+        self.nonempty = (self.nonempty & !(1 << STAGE)) | staged;
+        self.elapsed = self.pre_window;
+        self.set_pre(0, false);
+    }
+
+    /// Moves the pre-cascading window's timers from its level-1 slot to the staging table,
+    /// line by line from the slot's head, as [`cascade_step`](Self::cascade_step) does,
+    /// until the slot is empty (returns `true`) or `budget` items have been read (returns
+    /// `false`; at least one line per call). The slot's `min` is left alone: it stays the
+    /// window's exact minimum, moved or not, until the move is done.
+    fn pre_step(&mut self, budget: &mut usize) -> bool {
+        let slot = slot_for(self.pre_window, 1);
+        let mut moved = false;
+        loop {
+            let chain = self.levels[1].chains[slot];
+            if chain.live == 0 {
+                let lvl = &mut self.levels[1];
+                self.pool.free_chain(&mut lvl.chains[slot]);
+                lvl.set_empty(slot);
+                if lvl.occupied.is_empty() {
+                    self.nonempty &= !(1 << 1);
+                }
+                if self.nonempty & (1 << STAGE) == 0 {
+                    self.set_pre(0, false); // every timer of the window was removed
+                } else {
+                    self.set_pre(self.pre_window, false);
+                }
+                return true;
+            }
+            if *budget == 0 && moved {
+                return false;
+            }
+            moved = true;
+            let (chunk, word) = (chain.head, chain.start);
+            let last = chunk == chain.tail;
+            let end = if last { chain.end } else { WORDS };
+            let words = self.pool.chunks[chunk as usize].0;
+            let mut deadlines = [0; WORDS as usize];
+            let live = gather_live(&self.entries, &words, chunk, word, end, &mut deadlines);
+            let c = &mut self.levels[1].chains[slot];
+            c.live -= live.count_ones();
+            c.items -= end - word;
+            if last {
+                debug_assert_eq!(c.live, 0, "live items past the tail");
+                *c = Chain::EMPTY;
+            } else {
+                c.head = words[0];
+                c.start = 1;
+            }
+            self.pool.free_one(chunk);
+            *budget = budget.saturating_sub((end - word) as usize);
+            for word in word..end {
+                if live & (1 << word) != 0 {
+                    let deadline = deadlines[(word & (WORDS - 1)) as usize];
+                    debug_assert!(deadline.wrapping_sub(self.pre_window) < SLOTS as u64);
+                    let index = words[(word & (WORDS - 1)) as usize];
+                    let pos = self.file_in(index, deadline, STAGE, slot_for(deadline, 0));
+                    self.set_pos(index, pos);
+                }
+            }
+        }
     }
 
     /// Moves the timers of the cascading slot down, line by line from its head, until the
@@ -898,6 +1170,7 @@ impl<T> Wheel<T> {
                     self.nonempty &= !(1 << level);
                 }
                 self.cascade_level = 0;
+                self.settling = false; // no window moves while a cascade is paused
                 return true;
             }
             if *budget == 0 && moved {
@@ -953,7 +1226,13 @@ impl<T> Wheel<T> {
             return;
         };
         let lvl = &self.levels[level];
-        if !lvl.stale.get(slot) {
+        if level == STAGE || !lvl.stale.get(slot) {
+            return; // a staged slot is one tick: always exact
+        }
+        if self.at_window(level, slot) {
+            // Not reached (removals in a moving window finish it first), but a partial
+            // repair of a moving slot would miss the moved timers: finish instead.
+            self.finish_pre();
             return;
         }
         if !lvl.unsorted.get(slot) {
@@ -1045,6 +1324,9 @@ impl<T> Wheel<T> {
             let first_spare = self.pool.next(write_chunk);
             self.pool.free_run(first_spare, chain.tail);
         }
+        // The level-1 slot of a moving window keeps its `min`: the window's exact minimum,
+        // over the timers already staged too (`compact_all` and `shrink_to_fit` reach it).
+        let moving = self.at_window(level, slot) && level != STAGE;
         let lvl = &mut self.levels[level];
         lvl.chains[slot] = Chain {
             tail: write_chunk,
@@ -1052,8 +1334,10 @@ impl<T> Wheel<T> {
             items: kept,
             ..chain
         };
-        lvl.min[slot] = min;
-        lvl.stale.clear(slot);
+        if !moving {
+            lvl.min[slot] = min;
+            lvl.stale.clear(slot);
+        }
     }
 
     /// Stable-sorts the live items of `slot` at `level` by deadline (dropping its garbage)
@@ -1122,7 +1406,7 @@ impl<T> Wheel<T> {
     /// `MAX_CHUNKS`.
     #[cold]
     fn compact_all(&mut self) {
-        for level in 0..NUM_LEVELS {
+        for level in 0..TABLES {
             for slot in 0..SLOTS {
                 if self.levels[level].occupied.get(slot) {
                     self.compact(level, slot);
@@ -1144,7 +1428,7 @@ impl<T> Wheel<T> {
             .map(|chain| (chain.live as usize).div_ceil(ITEMS as usize))
             .sum();
         self.pool.chunks.reserve_exact(chunks);
-        for level in 0..NUM_LEVELS {
+        for level in 0..TABLES {
             for slot in 0..SLOTS {
                 let chain = self.levels[level].chains[slot];
                 if chain.live == 0 {
@@ -1192,6 +1476,7 @@ impl<T> Wheel<T> {
         }
         self.pool.clear();
         self.cascade_level = 0;
+        self.set_pre(0, false);
         self.nonempty = 0;
         self.horizon = Tick::MAX;
         self.free = NIL;

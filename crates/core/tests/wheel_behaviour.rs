@@ -371,8 +371,14 @@ fn budgeted_polls_pause_and_agree_with_poll() {
                     assert_eq!(budgeted.next_deadline(), before, "exact while paused");
                     assert!(before.is_some_and(|d| d >= budgeted.now()), "never early");
                     // The same operation on both wheels; `plain` fires what is due before the
-                    // window being cascaded (`budgeted` handed those out already).
-                    let before_window = budgeted.now().saturating_sub(1);
+                    // window being cascaded (`budgeted` handed those out already) and its
+                    // clock catches up with `budgeted`'s. That clock reads the window's start
+                    // (nothing due then has been handed out), or, when the window was being
+                    // pre-cascaded (`prepare`), a tick before the window, everything due up
+                    // to it handed out.
+                    let before_window = budgeted
+                        .now()
+                        .min(before.map_or(u64::MAX, |d| d.saturating_sub(1)));
                     while let Some((_, value)) = plain.poll(before_window) {
                         want.push((plain.now(), value));
                     }
@@ -399,9 +405,35 @@ fn budgeted_polls_pause_and_agree_with_poll() {
             want.push((plain.now(), value));
         }
         assert_eq!(got, want, "up to {now}");
+        // Between two ticks: `budgeted` pre-cascades (part of) the next window, so these
+        // land while that window is moving or staged.
+        budgeted.prepare(next(50) as usize);
+        let i = next(keys.len() as u64) as usize;
+        match next(3) {
+            0 => {
+                let d = now + next(600);
+                keys.push(budgeted.insert(d, v));
+                plain_keys.push(plain.insert(d, v));
+                v += 1;
+            }
+            1 => assert_eq!(budgeted.remove(keys[i]), plain.remove(plain_keys[i])),
+            _ => {
+                let d = now + next(2_000);
+                assert_eq!(budgeted.reset(keys[i], d), plain.reset(plain_keys[i], d));
+            }
+        }
+        assert_eq!(budgeted.next_deadline(), plain.next_deadline());
     }
+    while let Some((_, value)) = budgeted.poll(u64::MAX) {
+        got.push((budgeted.now(), value));
+    }
+    while let Some((_, value)) = plain.poll(u64::MAX) {
+        want.push((plain.now(), value));
+    }
+    assert_eq!(got, want, "the rest");
     assert!(budgeted.is_empty() && plain.is_empty());
-    assert!(pauses > 50, "only {pauses} pauses");
+    // Fewer than before `prepare`: idle calls move most windows ahead of time.
+    assert!(pauses > 20, "only {pauses} pauses");
 
     // A budget of 0 still moves one line per call: a long cascade ends.
     let mut wheel: Wheel<u64> = (0..1_000).map(|i| (300 + i % 7, i)).collect();
@@ -446,4 +478,66 @@ fn a_spent_budget_does_not_move_the_clock_past_an_uncascaded_slot() {
     want.push((70_050, 10));
     want.push((70_100, 4));
     assert_eq!(fired, want);
+}
+
+/// `prepare` (pre-cascading the next window) changes nothing a caller can observe: a wheel
+/// that prepares with small budgets between operations hands out the same timers in the same
+/// order at the same ticks as one that never does, with exact `next_deadline` and matching
+/// answers to removals and resets throughout, including operations that land in a window
+/// while it is moving and after it is staged.
+#[test]
+fn prepare_changes_nothing_observable() {
+    let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move |below: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % below
+    };
+    let mut prepared: Wheel<u64> = Wheel::new();
+    let mut plain: Wheel<u64> = Wheel::new();
+    let mut keys = Vec::new();
+    let mut v = 0;
+    let (mut moved_windows, mut was_moving) = (0, false);
+    for now in 0..5_000u64 {
+        for _ in 0..next(40) {
+            let i = next(keys.len() as u64 + 1) as usize;
+            match next(8) {
+                0..=3 => {
+                    let d = now + next(1_500);
+                    keys.push((prepared.insert(d, v), plain.insert(d, v)));
+                    v += 1;
+                }
+                4 | 5 if i < keys.len() => {
+                    assert_eq!(prepared.remove(keys[i].0), plain.remove(keys[i].1));
+                }
+                6 if i < keys.len() => {
+                    let d = now + next(1_500);
+                    assert_eq!(prepared.reset(keys[i].0, d), plain.reset(keys[i].1, d));
+                }
+                _ => {
+                    let more = prepared.prepare(next(20) as usize);
+                    if was_moving && !more {
+                        moved_windows += 1;
+                    }
+                    was_moving = more;
+                }
+            }
+            assert_eq!(prepared.next_deadline(), plain.next_deadline(), "at {now}");
+            assert_eq!(prepared.len(), plain.len());
+        }
+        loop {
+            let (a, b) = (prepared.poll(now), plain.poll(now));
+            assert_eq!(
+                a.map(|(_, v)| (prepared.now(), v)),
+                b.map(|(_, v)| (plain.now(), v)),
+                "at {now}"
+            );
+            if a.is_none() {
+                break;
+            }
+        }
+        assert_eq!(prepared.now(), plain.now());
+    }
+    assert!(moved_windows > 5, "only {moved_windows} windows prepared");
 }

@@ -38,6 +38,9 @@ pub enum WheelOp {
     /// One single `poll_budgeted(now() + delta, budget)` call: with a small budget a cascade
     /// pauses, and the operations after it land while it is paused.
     PollBudgeted(u64, usize),
+    /// One `prepare(budget)` call: pre-cascades (part of) the next rotation's window, so the
+    /// operations after it land while the window is moving or staged.
+    Prepare(usize),
     /// A key the wheel never issued (a forged or foreign key) must be inert.
     Forged(u64),
     /// Compare the whole pending set through `iter()`.
@@ -208,6 +211,17 @@ pub fn run_wheel_ops(start: u64, ops: &[WheelOp]) -> Result<(), String> {
                     }
                 }
             }
+            WheelOp::Prepare(budget) => {
+                // Moves timers between tables only: nothing fires, the clock stays.
+                let before = wheel.now();
+                wheel.prepare(budget);
+                if wheel.now() != before {
+                    return Err(fail(format!(
+                        "prepare moved the clock {before} -> {}",
+                        wheel.now()
+                    )));
+                }
+            }
             WheelOp::Forged(raw) => {
                 let key = TimerKey::from_u64(raw);
                 if keys.contains(&key) {
@@ -349,6 +363,7 @@ pub fn decode_wheel_ops(bytes: &[u8]) -> (u64, Vec<WheelOp>) {
             _ => match pick % 8 {
                 0 => WheelOp::Clear,
                 1 | 2 => WheelOp::Shrink,
+                7 => WheelOp::Prepare(pick / 8 % 48),
                 _ => WheelOp::Check,
             },
         };

@@ -36,7 +36,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::clock::{Clock, RawOrigin, TickSource};
 use crate::metrics::{Counters, LatenessCounts};
-use crate::shard::{Due, Fire, Shard, Task, Work, AWAKE};
+use crate::shard::{Due, Fire, Shard, Task, Work, AWAKE, CASCADE_BUDGET};
 use crate::sync::{Arc, AtomicU64, AtomicU8, AtomicUsize, Condvar, Mutex, Ordering};
 use crate::task::{PendingTask, Tally};
 
@@ -407,6 +407,12 @@ impl Inner {
                         s.sleep_until = AWAKE;
                     }
                     let (more, once) = s.take_due(i as u32, now, &mut due, CHUNK);
+                    if !more {
+                        // Nothing more due: move part of the next 256-tick window down
+                        // ahead of time (bounded), so a burst's first timer of that window
+                        // does not wait for the whole window to cascade (tickwheel-core ADR 0011).
+                        s.wheel.prepare(CASCADE_BUDGET);
+                    }
                     if once > 0 {
                         // Before the shard's count drops (the mirror store after this).
                         self.in_flight.0.fetch_add(once, Ordering::SeqCst);
