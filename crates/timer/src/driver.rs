@@ -57,6 +57,12 @@ const BATCH: usize = 64;
 /// The driver takes at most this many due timers out of a shard per lock acquisition.
 const CHUNK: usize = 256;
 
+/// How many ticks before a far deadline the driver wakes to stage that deadline's 256-tick
+/// window (`run_driver`). Under 256, so the wake lands in the window before the deadline's
+/// or in the deadline's own: in the first case `prepare` stages the deadline's window, in
+/// the second the wake's poll cascades it, both before the deadline.
+const PREPARE_LEAD: u64 = 200;
+
 /// About 30 years: "never" for deadlines beyond `Instant`'s range.
 const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
 
@@ -407,12 +413,6 @@ impl Inner {
                         s.sleep_until = AWAKE;
                     }
                     let (more, once) = s.take_due(i as u32, now, &mut due, CHUNK);
-                    if !more {
-                        // Nothing more due: move part of the next 256-tick window down
-                        // ahead of time (bounded), so a burst's first timer of that window
-                        // does not wait for the whole window to cascade (tickwheel-core ADR 0011).
-                        s.wheel.prepare(CASCADE_BUDGET);
-                    }
                     if once > 0 {
                         // Before the shard's count drops (the mirror store after this).
                         self.in_flight.0.fetch_add(once, Ordering::SeqCst);
@@ -421,6 +421,7 @@ impl Inner {
                 });
                 first = false;
                 if !more {
+                    self.prepare_window(i);
                     break shard_next;
                 }
                 // A burst: start the workers on this chunk while we take the next one (and
@@ -451,6 +452,29 @@ impl Inner {
         }
         self.target.store(next.unwrap_or(0), Ordering::Relaxed);
         next
+    }
+
+    /// Nothing is due in shard `i`: moves its next 256-tick window down ahead of time
+    /// ([`Wheel::prepare`](tickwheel_core::Wheel::prepare)), in steps of [`CASCADE_BUDGET`]
+    /// timers with the lock released in between, until the window is in place or a timer
+    /// falls due. So a burst's first timer of that window does not wait for the whole window
+    /// to cascade (tickwheel-core ADR 0011); a timer falling due meanwhile waits for at most
+    /// one step.
+    fn prepare_window(&self, i: usize) {
+        // Under loom one step per turn (each lock hold is a point the model explores).
+        let steps = if cfg!(loom) { 1 } else { usize::MAX };
+        for _ in 0..steps {
+            let more = self.with_shard(i, |s| {
+                let nothing_due = s
+                    .wheel
+                    .next_deadline()
+                    .is_none_or(|deadline| deadline > self.now_tick());
+                nothing_due && s.wheel.prepare(CASCADE_BUDGET)
+            });
+            if !more {
+                break;
+            }
+        }
     }
 
     /// Wakes the async timers and dispatches the callbacks of one turn.
@@ -596,11 +620,25 @@ impl Inner {
             if self.run_state() == STOPPED {
                 return;
             }
-            if next.is_some_and(|t| t <= self.now_tick()) {
+            let now = self.now_tick();
+            if next.is_some_and(|t| t <= now) {
                 continue;
             }
+            // A far deadline: wake once PREPARE_LEAD ticks before it, so the turn then moves
+            // the wheel's clock into the window before the deadline's and `prepare_window`
+            // can stage the deadline's window while nothing is due. Without it the driver
+            // sleeps through the time it could have used, and the first window of a burst
+            // scheduled in advance cascades only when its first timer is already due.
+            // Producers still wake the driver only for timers before `next` (`sleep_until`).
+            let park = next.map(|t| {
+                if t - now > PREPARE_LEAD {
+                    t - PREPARE_LEAD
+                } else {
+                    t
+                }
+            });
             self.clock
-                .park_until(next.map(|tick| self.instant_of(tick)));
+                .park_until(park.map(|tick| self.instant_of(tick)));
         }
     }
 
