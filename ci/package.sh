@@ -38,5 +38,10 @@ step "cargo package (build each .crate on its own)"
 # of its own, emptied first (it costs one more build of the dependencies, ~3 min here).
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/package-verify"
 rm -rf "$CARGO_TARGET_DIR"
+# It also unpacks the temporary registry's crates under $CARGO_HOME/registry/src/-<hash>/ (the
+# hash is of the registry's path, so the same for every run from one checkout directory) and
+# never re-extracts the same name and version: a second run would compile the first run's
+# sources of our crates. Drop those extracts too (a fresh machine has none).
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/tickwheel-*
 # --allow-dirty: this checks that the crates package, whatever the state of the work tree.
 cargo package --workspace "${EXCLUDE[@]}" --locked --offline --allow-dirty
