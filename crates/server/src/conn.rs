@@ -592,11 +592,22 @@ mod tests {
     use super::{execute, write_bytes, Outcome};
     use crate::shared::Shared;
 
-    /// A store whose disk is "full" (below the reserve) while `full` is set.
+    /// A test store over [`MemStore`] with two switches: while `full` is set its disk is
+    /// "full" (below the reserve), and while the commit gate is closed its commits block (a
+    /// commit in flight, on demand).
     #[derive(Default)]
     struct Gate {
         inner: MemStore,
         full: AtomicBool,
+        closed: std::sync::Mutex<bool>,
+        opened: std::sync::Condvar,
+    }
+
+    impl Gate {
+        fn set_closed(&self, closed: bool) {
+            *self.closed.lock().expect("gate lock") = closed;
+            self.opened.notify_all();
+        }
     }
 
     impl Store for Gate {
@@ -612,6 +623,10 @@ mod tests {
             Ok(())
         }
         fn commit(&self, batch: &[Change]) -> Result<(), StoreError> {
+            let mut closed = self.closed.lock().expect("gate lock");
+            while *closed {
+                closed = self.opened.wait(closed).expect("gate lock");
+            }
             self.inner.commit(batch)
         }
         fn recover(&self, window_end_ms: u64) -> Result<Recovered, StoreError> {
@@ -709,47 +724,8 @@ mod tests {
         assert!(shared.batches_submitted() > batches);
     }
 
-    /// A store whose commits block while the gate is closed: a commit in flight, on demand.
-    #[derive(Default)]
-    struct SlowCommit {
-        inner: MemStore,
-        closed: std::sync::Mutex<bool>,
-        opened: std::sync::Condvar,
-    }
-
-    impl SlowCommit {
-        fn set_closed(&self, closed: bool) {
-            *self.closed.lock().expect("gate lock") = closed;
-            self.opened.notify_all();
-        }
-    }
-
-    impl Store for SlowCommit {
-        fn commit(&self, batch: &[Change]) -> Result<(), StoreError> {
-            let mut closed = self.closed.lock().expect("gate lock");
-            while *closed {
-                closed = self.opened.wait(closed).expect("gate lock");
-            }
-            self.inner.commit(batch)
-        }
-        fn recover(&self, window_end_ms: u64) -> Result<Recovered, StoreError> {
-            self.inner.recover(window_end_ms)
-        }
-        fn get(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
-            self.inner.get(id)
-        }
-        fn delayed_between(
-            &self,
-            from_ms: u64,
-            to_ms: u64,
-            limit: usize,
-        ) -> Result<Vec<JobRecord>, StoreError> {
-            self.inner.delayed_between(from_ms, to_ms, limit)
-        }
-    }
-
     /// Opens the gate when dropped, so a failed assertion cannot leave the committer blocked.
-    struct Reopen(Arc<SlowCommit>);
+    struct Reopen(Arc<Gate>);
 
     impl Drop for Reopen {
         fn drop(&mut self) {
@@ -785,7 +761,7 @@ mod tests {
     #[test]
     fn a_reservation_waits_for_its_own_job_not_for_other_commits_in_flight() {
         let clock = Arc::new(tickwheel::ManualClock::new());
-        let store = Arc::new(SlowCommit::default());
+        let store = Arc::new(Gate::default());
         let start = crate::shared::wall_millis(tickwheel::Clock::system_time(&*clock)).0;
         let shared = Shared::new(
             Engine::new(tickwheel_queue::Config::default(), start),
