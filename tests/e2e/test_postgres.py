@@ -13,8 +13,6 @@ Scale of the fail-over test: TICKWHEEL_PG_JOBS (default 3000) jobs.
 """
 
 import os
-import random
-import socket
 import threading
 import time
 
@@ -24,6 +22,7 @@ import pytest
 
 import test_differential as diff
 from conftest import beanstalkd_process, tickwheel_pg_process
+from pgload import listening, produce, wait_drained
 
 
 # --- the differential scenarios on PostgreSQL -------------------------------------------------
@@ -103,14 +102,6 @@ def test_enqueue_inside_the_application_transaction(workdir, pg_cluster):
 
 # --- fail-over ------------------------------------------------------------------------------
 
-def _listening(port):
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
-
-
 def test_failover_three_nodes_kill_and_restart(workdir, pg_cluster):
     url = pg_cluster.create_db()
     total = int(os.environ.get("TICKWHEEL_PG_JOBS", "3000"))
@@ -120,7 +111,7 @@ def test_failover_three_nodes_kill_and_restart(workdir, pg_cluster):
     for n in nodes[1:]:
         n.spawn()   # standbys: they listen only once they are active
     time.sleep(0.5)
-    assert not any(_listening(n.port) for n in nodes[1:]), "standbys do not serve"
+    assert not any(listening(n.port) for n in nodes[1:]), "standbys do not serve"
 
     lock = threading.Lock()
     acked = {}          # body -> (time before put was sent, delay)
@@ -137,33 +128,10 @@ def test_failover_three_nodes_kill_and_restart(workdir, pg_cluster):
     def active():
         while not stop.is_set():
             for i, n in enumerate(nodes):
-                if n.proc is not None and n.proc.poll() is None and _listening(n.port):
+                if n.proc is not None and n.proc.poll() is None and listening(n.port):
                     return i, n.port
             time.sleep(0.05)
         raise Stopped()
-
-    def produce(p):
-        rng = random.Random(p)
-        i = 0
-        per = total // producers
-        client = None
-        while i < per:
-            try:
-                if client is None:
-                    _, port = active()
-                    client = greenstalk.Client(("127.0.0.1", port), use="jobs")
-                body = f"p{p}-{i}"
-                delay = rng.choice([0, 0, 1, 2, 3])
-                sent = time.time()
-                client.put(body, delay=delay, ttr=120)
-                with lock:
-                    acked[body] = (sent, delay)
-                i += 1
-            except (OSError, greenstalk.Error, ConnectionError):
-                # Not acknowledged: the node died before INSERTED. Retried under a new body.
-                client = None
-                i += 1
-                time.sleep(0.05)
 
     def consume(c):
         client, node = None, None
@@ -195,7 +163,14 @@ def test_failover_three_nodes_kill_and_restart(workdir, pg_cluster):
                 errors.append(e)
                 return
 
-    threads = [threading.Thread(target=produce, args=(p,), daemon=True)
+    def port_for(_p):
+        return active()[1]
+
+    # TTR 120: a reservation outlives the test (beanstalkd's model: a job goes back to ready
+    # only when its holder's connection drops).
+    threads = [threading.Thread(target=produce,
+                                args=(p, total // producers, 120, port_for, acked, lock),
+                                daemon=True)
                for p in range(producers)]
     workers = [threading.Thread(target=consume, args=(c,), daemon=True)
                for c in range(consumers)]
@@ -210,7 +185,7 @@ def test_failover_three_nodes_kill_and_restart(workdir, pg_cluster):
     deadline = time.time() + 60
     while took_over is None and time.time() < deadline:
         for i in (1, 2):
-            if _listening(nodes[i].port):
+            if listening(nodes[i].port):
                 took_over = time.time()
         time.sleep(0.01)
     assert took_over is not None, "a standby took over within 60 s"
@@ -218,14 +193,10 @@ def test_failover_three_nodes_kill_and_restart(workdir, pg_cluster):
     for t in threads:
         t.join(timeout=300)
     assert not any(t.is_alive() for t in threads), "producers finished"
+    # Only puts in flight at the kill may go unacknowledged: the checks below are not vacuous.
+    assert len(acked) >= total * 9 // 10, f"only {len(acked)} of {total} puts acknowledged"
     # The consumers drain the queue: wait until the database holds no job.
-    with psycopg.connect(url) as db:
-        deadline = time.time() + 180
-        while time.time() < deadline:
-            (left,) = db.execute("SELECT count(*) FROM tickwheel.jobs").fetchone()
-            if left == 0:
-                break
-            time.sleep(0.2)
+    left = wait_drained(url)
     assert left == 0, f"{left} jobs never deleted"
     time.sleep(1.5)   # let consumers finish the delete replies in flight
     stop.set()
@@ -249,7 +220,7 @@ def test_failover_three_nodes_kill_and_restart(workdir, pg_cluster):
         if len(d) > 1:
             assert d[0][0] == 0 and d[0][1] <= kill["at"] + 1, (b, d)
     # The only node serving at the end is a standby that took over; the restarted node waits.
-    assert not _listening(nodes[0].port), "the restarted node waits as a standby"
+    assert not listening(nodes[0].port), "the restarted node waits as a standby"
     failover = took_over - kill["at"]
     redelivered = sum(1 for d in deliveries.values() if len(d) > 1)
     print(f"\nfail-over: {len(acked)} acked jobs, standby listening {failover:.2f} s after "

@@ -16,8 +16,6 @@ Scale: TICKWHEEL_PG_JOBS (default 3000) jobs.
 """
 
 import os
-import random
-import socket
 import statistics
 import threading
 import time
@@ -26,16 +24,9 @@ import greenstalk
 import psycopg
 
 from conftest import tickwheel_pg_process
+from pgload import listening, produce, wait_drained
 
 TTR = 3
-
-
-def _listening(port):
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
 
 
 def test_three_active_nodes_kill_and_restart(workdir, pg_cluster):
@@ -46,7 +37,7 @@ def test_three_active_nodes_kill_and_restart(workdir, pg_cluster):
                                   name=f"node{i}") for i in range(3)]
     for n in nodes:
         n.start()
-    assert all(_listening(n.port) for n in nodes), "every node serves"
+    assert all(listening(n.port) for n in nodes), "every node serves"
 
     lock = threading.Lock()
     acked = {}          # body -> (time before put was sent, delay)
@@ -61,31 +52,10 @@ def test_three_active_nodes_kill_and_restart(workdir, pg_cluster):
             for j in range(3):
                 i = (k + j) % 3
                 n = nodes[i]
-                if n.proc is not None and n.proc.poll() is None and _listening(n.port):
+                if n.proc is not None and n.proc.poll() is None and listening(n.port):
                     return i, n.port
             time.sleep(0.05)
         raise TimeoutError("stopped")
-
-    def produce(p):
-        rng = random.Random(p)
-        per = total // producers
-        client, i = None, 0
-        while i < per:
-            try:
-                if client is None:
-                    _, port = node_for(p)
-                    client = greenstalk.Client(("127.0.0.1", port), use="jobs")
-                body = f"p{p}-{i}"
-                delay = rng.choice([0, 0, 1, 2, 3])
-                sent = time.time()
-                client.put(body, delay=delay, ttr=TTR)
-                with lock:
-                    acked[body] = (sent, delay)
-                i += 1
-            except (OSError, greenstalk.Error, ConnectionError):
-                client = None   # not acknowledged; the next job gets a new body
-                i += 1
-                time.sleep(0.05)
 
     def consume(c):
         client, node = None, None
@@ -115,7 +85,12 @@ def test_three_active_nodes_kill_and_restart(workdir, pg_cluster):
                 errors.append(e)
                 return
 
-    threads = [threading.Thread(target=produce, args=(p,), daemon=True)
+    def port_for(p):
+        return node_for(p)[1]
+
+    threads = [threading.Thread(target=produce,
+                                args=(p, total // producers, TTR, port_for, acked, lock),
+                                daemon=True)
                for p in range(producers)]
     workers = [threading.Thread(target=consume, args=(c,), daemon=True)
                for c in range(consumers)]
@@ -131,13 +106,10 @@ def test_three_active_nodes_kill_and_restart(workdir, pg_cluster):
     for t in threads:
         t.join(timeout=300)
     assert not any(t.is_alive() for t in threads), "producers finished"
+    # Only puts in flight at the kill may go unacknowledged: the checks below are not vacuous.
+    assert len(acked) >= total * 9 // 10, f"only {len(acked)} of {total} puts acknowledged"
+    left = wait_drained(url)
     with psycopg.connect(url) as db:
-        deadline = time.time() + 180
-        while time.time() < deadline:
-            (left,) = db.execute("SELECT count(*) FROM tickwheel.jobs").fetchone()
-            if left == 0:
-                break
-            time.sleep(0.2)
         (nodes_joined,) = db.execute("SELECT count(*) FROM tickwheel.nodes").fetchone()
     assert left == 0, f"{left} jobs never deleted"
     time.sleep(1.5)     # delete replies in flight
