@@ -79,17 +79,10 @@ impl Engine {
     /// holder, as beanstalkd's `delete` from another connection answers `NOT_FOUND`. Records
     /// nothing for the store and counts no command. Returns whether the job was dropped.
     pub fn forget(&mut self, id: JobId) -> bool {
-        let Some(job) = self.jobs.get(&id) else {
-            return false;
-        };
-        if job.state == JobState::Reserved {
-            return false;
+        match self.jobs.get(&id) {
+            Some(job) if job.state != JobState::Reserved => self.drop_cached(id),
+            _ => false,
         }
-        let tube = job.tube;
-        self.leave_state(id);
-        self.jobs.remove(&id);
-        self.drop_if_unused(tube);
-        true
     }
 }
 
