@@ -96,6 +96,9 @@ pub(crate) struct Inner {
     pub(crate) max_pending: usize,
     /// `max_pending / shards`: below it a shard need not look at the others.
     share: usize,
+    /// `shards - 1` when the shard count is a power of two (a thread's shard is then its
+    /// hint masked), else `usize::MAX` (`pick_shard` takes the remainder).
+    shard_mask: usize,
     run_state: AtomicU8,
     pub(crate) counters: Counters,
     shards: Box<[CachePadded<ShardCell>]>,
@@ -145,6 +148,11 @@ impl Inner {
             resolution,
             max_pending,
             share: max_pending / shards,
+            shard_mask: if shards.is_power_of_two() {
+                shards - 1
+            } else {
+                usize::MAX
+            },
             run_state: AtomicU8::new(RUN),
             counters: Counters::new(),
             shards: (0..shards)
@@ -173,6 +181,7 @@ impl Inner {
         self.workers.as_ref().map(|(_, rx)| rx.clone())
     }
 
+    #[inline]
     pub(crate) fn shard_count(&self) -> usize {
         self.shards.len()
     }
@@ -180,9 +189,9 @@ impl Inner {
     /// The calling thread's shard: fixed per thread, spread round-robin over threads.
     #[inline]
     pub(crate) fn pick_shard(&self) -> usize {
-        let n = self.shards.len();
-        if n == 1 {
-            return 0;
+        let mask = self.shard_mask;
+        if mask == 0 {
+            return 0; // one shard
         }
         thread_local! {
             static HINT: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
@@ -194,10 +203,10 @@ impl Inner {
             }
             h.get()
         });
-        if n.is_power_of_two() {
-            hint & (n - 1) // no division on the schedule path in the common case
+        if mask != usize::MAX {
+            hint & mask // no division on the schedule path in the common case
         } else {
-            hint % n
+            hint % self.shards.len()
         }
     }
 
@@ -314,10 +323,12 @@ impl Inner {
             .unwrap_or_else(|| self.far_future())
     }
 
+    #[inline]
     pub(crate) fn run_state(&self) -> u8 {
         self.run_state.load(Ordering::SeqCst)
     }
 
+    #[inline]
     pub(crate) fn is_shutting_down(&self) -> bool {
         self.run_state() != RUN
     }
