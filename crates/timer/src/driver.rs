@@ -63,6 +63,21 @@ const CHUNK: usize = 256;
 /// the second the wake's poll cascades it, both before the deadline.
 const PREPARE_LEAD: u64 = 200;
 
+/// The wheel's window: `tickwheel-core`'s level 0 spans 256 ticks, and `Wheel::prepare`
+/// stages the next such window (ADR 0004, ADR 0011).
+const WINDOW: u64 = 256;
+
+/// Staging steps (of [`CASCADE_BUDGET`] timers each) per turn that fired something, while the
+/// next window is more than [`URGENT`] ticks away (`prepare_window`). A 1M-per-second burst
+/// puts ~290k timers in a window: ~280 steps, done in ~70 busy turns at this pace, well before
+/// the window starts; the driver's tick then costs ~0.16 ms more instead of a whole core for
+/// ~25 ticks, which the workers need.
+const BUSY_STEPS: usize = 4;
+
+/// Within this many ticks of the next window's start, staging is no longer paced: a window
+/// too crowded to be staged at [`BUSY_STEPS`] per tick is finished before it starts.
+const URGENT: u64 = 64;
+
 /// About 30 years: "never" for deadlines beyond `Instant`'s range.
 const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
 
@@ -418,7 +433,10 @@ impl Inner {
         for i in 0..self.shards.len() {
             let before = due.fires.len() + due.wakers.len();
             let mut first = true;
+            // This shard fired something in this turn (then staging is paced).
+            let mut busy = false;
             let shard_next = loop {
+                let taken = due.fires.len() + due.wakers.len();
                 let (more, shard_next) = self.with_shard(i, |s| {
                     if first {
                         s.sleep_until = AWAKE;
@@ -431,8 +449,9 @@ impl Inner {
                     (more, s.wheel.next_deadline())
                 });
                 first = false;
+                busy |= due.fires.len() + due.wakers.len() > taken;
                 if !more {
-                    self.prepare_window(i);
+                    self.prepare_window(i, busy);
                     break shard_next;
                 }
                 // A burst: start the workers on this chunk while we take the next one (and
@@ -471,9 +490,20 @@ impl Inner {
     /// falls due. So a burst's first timer of that window does not wait for the whole window
     /// to cascade (tickwheel-core ADR 0011); a timer falling due meanwhile waits for at most
     /// one step.
-    fn prepare_window(&self, i: usize) {
-        // Under loom one step per turn (each lock hold is a point the model explores).
-        let steps = if cfg!(loom) { 1 } else { usize::MAX };
+    ///
+    /// `busy`: this turn fired timers of the shard (a burst is under way). Then at most
+    /// [`BUSY_STEPS`] steps, unless the next window starts within [`URGENT`] ticks: staging
+    /// is spread over the current window's ticks instead of taking the driver's whole core
+    /// for the ~25 ticks after the window starts (fifth session), time the workers need on a
+    /// 2-core machine. An idle turn (the early wake before a burst) stages all of it.
+    fn prepare_window(&self, i: usize, busy: bool) {
+        let steps = if cfg!(loom) {
+            1 // each lock hold is a point the model explores
+        } else if busy && WINDOW - self.now_tick() % WINDOW > URGENT {
+            BUSY_STEPS
+        } else {
+            usize::MAX
+        };
         for _ in 0..steps {
             // Staging moves timers between levels, never changes the pending count.
             let more = self.with_shard_quiet(i, |s| {
