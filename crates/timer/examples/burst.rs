@@ -4,7 +4,13 @@
 //! the workers (channel, callback, freeing). Deterministic apart from scheduling, so it
 //! separates the pipeline's cost from a loaded machine's noise better than `lateness`.
 //!
-//! Run: `cargo run --release -p tickwheel --example burst [timers] [runs]`
+//! With a third argument `ticks`, the clock instead moves through the burst one tick (1 ms)
+//! at a time, and the driver's on-CPU time is taken per tick, from each step until the
+//! callbacks due by then have run and the driver sleeps again: the first tick's cost, the
+//! most expensive ticks and how many cost more than the tick itself. CPU time, not wall
+//! time, so a loaded machine changes it much less than it changes lateness.
+//!
+//! Run: `cargo run --release -p tickwheel --example burst [timers] [runs] [ticks]`
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -56,6 +62,70 @@ fn cpu_ns(prefix: &str) -> u64 {
     .sum()
 }
 
+/// `true` once the thread named `prefix…` sleeps (`S` in `/proc/self/task/*/stat`).
+fn sleeping(prefix: &str) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return true;
+    };
+    dir.filter_map(|e| {
+        let path = e.ok()?.path();
+        let name = std::fs::read_to_string(path.join("comm")).ok()?;
+        if !name.starts_with(prefix) {
+            return None;
+        }
+        let stat = std::fs::read_to_string(path.join("stat")).ok()?;
+        let state = stat.rsplit_once(") ")?.1.chars().next()?;
+        Some(state == 'S')
+    })
+    .all(|s| s)
+}
+
+/// Moves the clock through the burst one millisecond at a time; prints the driver's
+/// on-CPU time per tick (see the module docs).
+fn step_through(clock: &ManualClock, done: &AtomicU64, due_by: &[u64], run: usize) {
+    // To 1 ms before the burst (not counted): the driver cascades the window the burst
+    // starts in and stages the next one, as its early wake does on a real clock.
+    clock.advance(Duration::from_millis(999));
+    while !sleeping("burst-driver") {
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    let mut per_tick = Vec::with_capacity(due_by.len());
+    for &due in due_by {
+        let d0 = cpu_ns("burst-driver");
+        clock.advance(Duration::from_millis(1));
+        // Until this tick's callbacks ran and the driver is back asleep (its turn, staging
+        // included, is over).
+        while done.load(Ordering::Relaxed) < due || !sleeping("burst-driver") {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        per_tick.push(cpu_ns("burst-driver") - d0);
+    }
+    let first: Vec<String> = per_tick
+        .iter()
+        .take(4)
+        .map(|&ns| format!("{:.3}", ns as f64 / 1e6))
+        .collect();
+    let total: u64 = per_tick.iter().sum();
+    let mut sorted = per_tick.clone();
+    sorted.sort_unstable();
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let worst: Vec<String> = sorted
+        .iter()
+        .rev()
+        .take(5)
+        .map(|&ns| format!("{:.2}", ms(ns)))
+        .collect();
+    println!(
+        "run {run}: driver on-CPU per 1 ms tick over the burst: first ticks {} ms, median {:.3} ms, \
+         top five {} ms, ticks over 1 ms: {}, total {:.1} ms",
+        first.join(" / "),
+        ms(sorted[sorted.len() / 2]),
+        worst.join(" / "),
+        per_tick.iter().filter(|&&ns| ns > 1_000_000).count(),
+        ms(total)
+    );
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let n: u64 = args
@@ -63,6 +133,7 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1_000_000);
     let runs: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(3);
+    let ticks = args.next().as_deref() == Some("ticks");
     for run in 0..runs {
         let clock = ManualClock::new();
         let timer = Timer::builder()
@@ -75,9 +146,13 @@ fn main() {
         let sum = Arc::new((0..1024).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
         let mut x: u64 = 0x9E37_79B9 + run as u64;
         let base = clock.now() + Duration::from_secs(1);
+        // Callbacks due once the clock is `k` ms into the burst: `due_by[k]`.
+        let mut due_by = vec![0u64; 1_001];
         for i in 0..n {
             x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            let deadline = base + Duration::from_micros((x >> 33) % 1_000_000);
+            let offset_us = (x >> 33) % 1_000_000;
+            due_by[offset_us.div_ceil(1_000) as usize] += 1;
+            let deadline = base + Duration::from_micros(offset_us);
             let (done, sum) = (Arc::clone(&done), Arc::clone(&sum));
             timer
                 .schedule_at(deadline, move || {
@@ -87,6 +162,14 @@ fn main() {
                 .expect("schedule");
         }
         std::thread::sleep(Duration::from_millis(50));
+        if ticks {
+            for k in 1..due_by.len() {
+                due_by[k] += due_by[k - 1];
+            }
+            step_through(&clock, &done, &due_by, run);
+            drop(timer.stop());
+            continue;
+        }
         let (d0, w0) = (cpu_ns("burst-driver"), cpu_ns("burst-worker"));
         let (dw0, ww0) = (waits("burst-driver"), waits("burst-worker"));
         let start = Instant::now();

@@ -5,7 +5,12 @@
 //! timers all due within one second. Each callback reads `Instant::now()` first thing, so
 //! the figure includes the worker hand-off, as a user would see it.
 //!
-//! Run: `cargo run --release -p tickwheel --example lateness [runs]`
+//! Run: `cargo run --release -p tickwheel --example lateness [runs] [breakdown]`
+//!
+//! With `breakdown`, each run also prints where its lateness lies: percentiles per bucket of
+//! deadline offset within the scenario (the first milliseconds of a burst apart), and the
+//! timer threads' on-CPU time and blocking waits (voluntary context switches) from the end
+//! of scheduling until the last callback ran (`/proc/self/task/*`), per thread.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -35,16 +40,85 @@ struct Stats {
     n: usize,
 }
 
+/// On-CPU nanoseconds and voluntary context switches of each of this process's threads whose
+/// name starts with `prefix`, by name.
+fn thread_stats(prefix: &str) -> Vec<(String, u64, u64)> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    let mut out: Vec<(String, u64, u64)> = dir
+        .filter_map(|e| {
+            let path = e.ok()?.path();
+            let name = std::fs::read_to_string(path.join("comm")).ok()?;
+            let name = name.trim().to_owned();
+            if !name.starts_with(prefix) {
+                return None;
+            }
+            let cpu = std::fs::read_to_string(path.join("schedstat"))
+                .ok()?
+                .split_whitespace()
+                .next()?
+                .parse::<u64>()
+                .ok()?;
+            let status = std::fs::read_to_string(path.join("status")).ok()?;
+            let waits = status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))?
+                .trim()
+                .parse::<u64>()
+                .ok()?;
+            Some((name, cpu, waits))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Lateness percentiles per bucket of deadline offset (ms from the scenario's start).
+fn print_breakdown(offsets_ns: &[u64], late_ns: &[i64], span: Duration) {
+    let span_ms = span.as_millis() as u64;
+    let mut edges: Vec<u64> = vec![0, 1, 2, 3, 4, 5, 7, 10, 15, 20, 30, 50, 100, 200, 500];
+    edges.retain(|&e| e < span_ms);
+    edges.push(span_ms);
+    let mut buckets: Vec<Vec<i64>> = vec![Vec::new(); edges.len() - 1];
+    for (&off, &late) in offsets_ns.iter().zip(late_ns) {
+        let ms = off / 1_000_000;
+        let b = edges.partition_point(|&e| e <= ms).saturating_sub(1);
+        buckets[b.min(edges.len() - 2)].push(late);
+    }
+    for (b, v) in buckets.iter_mut().enumerate() {
+        if v.is_empty() {
+            continue;
+        }
+        v.sort_unstable();
+        let ms = |ns: i64| ns as f64 / 1e6;
+        println!(
+            "    deadline +{:>4}..{:>4} ms: n={:>7} p50={:7.3} p99={:7.3} max={:7.3} ms",
+            edges[b],
+            edges[b + 1],
+            v.len(),
+            ms(v[v.len() / 2]),
+            ms(v[v.len() * 99 / 100]),
+            ms(v[v.len() - 1])
+        );
+    }
+}
+
 /// Schedules `n` timers with deadlines `lead + U[0, span)` from now; waits for all of them.
-fn run(n: usize, lead: Duration, span: Duration, seed: u64) -> Stats {
+fn run(n: usize, lead: Duration, span: Duration, seed: u64, breakdown: bool) -> Stats {
     let timer = Timer::new();
     // `NOT_YET` until the callback ran: no shared counter for the callbacks to contend on.
     let late_ns: Arc<Vec<AtomicI64>> = Arc::new((0..n).map(|_| AtomicI64::new(NOT_YET)).collect());
     let mut rng = Lcg(seed);
     let span_ns = u64::try_from(span.as_nanos()).expect("span");
     let base = Instant::now() + lead;
+    let mut offsets_ns = Vec::with_capacity(if breakdown { n } else { 0 });
     for i in 0..n {
-        let deadline = base + Duration::from_nanos(rng.next_below(span_ns));
+        let offset = rng.next_below(span_ns);
+        if breakdown {
+            offsets_ns.push(offset);
+        }
+        let deadline = base + Duration::from_nanos(offset);
         let late_ns = Arc::clone(&late_ns);
         timer
             .schedule_at(deadline, move || {
@@ -66,14 +140,31 @@ fn run(n: usize, lead: Duration, span: Duration, seed: u64) -> Stats {
             scheduled_at - (base - lead)
         );
     }
+    let threads_before = thread_stats("tickwheel");
     std::thread::sleep((base + span).saturating_duration_since(Instant::now()));
     let give_up = Instant::now() + Duration::from_secs(30);
     while late_ns.iter().any(|a| a.load(Ordering::Relaxed) == NOT_YET) {
         assert!(Instant::now() < give_up, "timers did not all fire");
         std::thread::sleep(Duration::from_millis(10));
     }
+    let threads_after = thread_stats("tickwheel");
     drop(timer.stop());
     let mut v: Vec<i64> = late_ns.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+    if breakdown {
+        print_breakdown(&offsets_ns, &v, span);
+        for (name, cpu, waits) in &threads_after {
+            let (cpu0, waits0) = threads_before
+                .iter()
+                .find(|t| &t.0 == name)
+                .map_or((0, 0), |t| (t.1, t.2));
+            println!(
+                "    {name}: on-CPU {:.1} ms ({:.0} ns per timer), blocking waits {}",
+                (cpu - cpu0) as f64 / 1e6,
+                (cpu - cpu0) as f64 / n as f64,
+                waits - waits0
+            );
+        }
+    }
     v.sort_unstable();
     let ms = |ns: i64| ns as f64 / 1e6;
     Stats {
@@ -112,6 +203,7 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
+    let breakdown = std::env::args().nth(2).as_deref() == Some("breakdown");
     let spread: Vec<Stats> = (0..runs)
         .map(|r| {
             run(
@@ -119,6 +211,7 @@ fn main() {
                 Duration::from_millis(200),
                 Duration::from_secs(2),
                 r as u64 + 1,
+                breakdown,
             )
         })
         .collect();
@@ -130,6 +223,7 @@ fn main() {
                 Duration::from_secs(2),
                 Duration::from_secs(1),
                 r as u64 + 7,
+                breakdown,
             )
         })
         .collect();

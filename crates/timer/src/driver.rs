@@ -63,6 +63,21 @@ const CHUNK: usize = 256;
 /// the second the wake's poll cascades it, both before the deadline.
 const PREPARE_LEAD: u64 = 200;
 
+/// The wheel's window: `tickwheel-core`'s level 0 spans 256 ticks, and `Wheel::prepare`
+/// stages the next such window (ADR 0004, ADR 0011).
+const WINDOW: u64 = 256;
+
+/// Staging steps (of [`CASCADE_BUDGET`] timers each) per turn that fired something, while the
+/// next window is more than [`URGENT`] ticks away (`prepare_window`). A 1M-per-second burst
+/// puts ~290k timers in a window: ~280 steps, done in ~70 busy turns at this pace, well before
+/// the window starts; the driver's tick then costs ~0.16 ms more instead of a whole core for
+/// ~25 ticks, which the workers need.
+const BUSY_STEPS: usize = 4;
+
+/// Within this many ticks of the next window's start, staging is no longer paced: a window
+/// too crowded to be staged at [`BUSY_STEPS`] per tick is finished before it starts.
+const URGENT: u64 = 64;
+
 /// About 30 years: "never" for deadlines beyond `Instant`'s range.
 const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
 
@@ -96,6 +111,9 @@ pub(crate) struct Inner {
     pub(crate) max_pending: usize,
     /// `max_pending / shards`: below it a shard need not look at the others.
     share: usize,
+    /// `shards - 1` when the shard count is a power of two (a thread's shard is then its
+    /// hint masked), else `usize::MAX` (`pick_shard` takes the remainder).
+    shard_mask: usize,
     run_state: AtomicU8,
     pub(crate) counters: Counters,
     shards: Box<[CachePadded<ShardCell>]>,
@@ -145,6 +163,11 @@ impl Inner {
             resolution,
             max_pending,
             share: max_pending / shards,
+            shard_mask: if shards.is_power_of_two() {
+                shards - 1
+            } else {
+                usize::MAX
+            },
             run_state: AtomicU8::new(RUN),
             counters: Counters::new(),
             shards: (0..shards)
@@ -173,6 +196,7 @@ impl Inner {
         self.workers.as_ref().map(|(_, rx)| rx.clone())
     }
 
+    #[inline]
     pub(crate) fn shard_count(&self) -> usize {
         self.shards.len()
     }
@@ -180,9 +204,9 @@ impl Inner {
     /// The calling thread's shard: fixed per thread, spread round-robin over threads.
     #[inline]
     pub(crate) fn pick_shard(&self) -> usize {
-        let n = self.shards.len();
-        if n == 1 {
-            return 0;
+        let mask = self.shard_mask;
+        if mask == 0 {
+            return 0; // one shard
         }
         thread_local! {
             static HINT: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
@@ -194,10 +218,10 @@ impl Inner {
             }
             h.get()
         });
-        if n.is_power_of_two() {
-            hint & (n - 1) // no division on the schedule path in the common case
+        if mask != usize::MAX {
+            hint & mask // no division on the schedule path in the common case
         } else {
-            hint % n
+            hint % self.shards.len()
         }
     }
 
@@ -314,10 +338,12 @@ impl Inner {
             .unwrap_or_else(|| self.far_future())
     }
 
+    #[inline]
     pub(crate) fn run_state(&self) -> u8 {
         self.run_state.load(Ordering::SeqCst)
     }
 
+    #[inline]
     pub(crate) fn is_shutting_down(&self) -> bool {
         self.run_state() != RUN
     }
@@ -407,7 +433,10 @@ impl Inner {
         for i in 0..self.shards.len() {
             let before = due.fires.len() + due.wakers.len();
             let mut first = true;
+            // This shard fired something in this turn (then staging is paced).
+            let mut busy = false;
             let shard_next = loop {
+                let taken = due.fires.len() + due.wakers.len();
                 let (more, shard_next) = self.with_shard(i, |s| {
                     if first {
                         s.sleep_until = AWAKE;
@@ -420,8 +449,9 @@ impl Inner {
                     (more, s.wheel.next_deadline())
                 });
                 first = false;
+                busy |= due.fires.len() + due.wakers.len() > taken;
                 if !more {
-                    self.prepare_window(i);
+                    self.prepare_window(i, busy);
                     break shard_next;
                 }
                 // A burst: start the workers on this chunk while we take the next one (and
@@ -460,17 +490,26 @@ impl Inner {
     /// falls due. So a burst's first timer of that window does not wait for the whole window
     /// to cascade (tickwheel-core ADR 0011); a timer falling due meanwhile waits for at most
     /// one step.
-    fn prepare_window(&self, i: usize) {
+    ///
+    /// `busy`: this turn fired timers of the shard (a burst is under way). Then at most
+    /// [`BUSY_STEPS`] steps, unless the next window starts within [`URGENT`] ticks: staging
+    /// is spread over the current window's ticks instead of taking the driver's whole core
+    /// for the ~25 ticks after the window starts (fifth session), time the workers need on a
+    /// 2-core machine. An idle turn (the early wake before a burst) stages all of it.
+    fn prepare_window(&self, i: usize, busy: bool) {
         // Under loom one step per turn (each lock hold is a point the model explores).
         let steps = if cfg!(loom) { 1 } else { usize::MAX };
-        for _ in 0..steps {
+        for step in 0..steps {
             // Staging moves timers between levels, never changes the pending count.
             let more = self.with_shard_quiet(i, |s| {
                 let nothing_due = s
                     .wheel
                     .next_deadline()
                     .is_none_or(|deadline| deadline > self.now_tick());
-                nothing_due && s.wheel.prepare(CASCADE_BUDGET)
+                // By the wheel's clock, not the real one: a driver that lags behind is
+                // still in the window the wheel is in.
+                let paced = busy && step >= BUSY_STEPS && WINDOW - s.wheel.now() % WINDOW > URGENT;
+                nothing_due && !paced && s.wheel.prepare(CASCADE_BUDGET)
             });
             if !more {
                 break;

@@ -8,7 +8,10 @@
 //!   fewer bookkeeping and one random cache line fewer per schedule, cancel and fire. When
 //!   it fires or is cancelled, its outcome is written to `finished` (4 bytes per wheel
 //!   entry, indexed like the wheel's slab) so that its handle still reports `Done` or
-//!   `Cancelled` afterwards.
+//!   `Cancelled` afterwards. `finished` grows with the wheel when a callback is
+//!   *scheduled* into an entry beyond it (amortised like the wheel's own slab), never
+//!   when one fires: sizing it at the first firing wrote 4 MB under the shard lock at the
+//!   start of a 1M-timer burst (2.8 ms during which nothing fired; `BENCHMARKS.md`).
 //! - A **repeating task** or an **async timer** needs an identity that survives leaving
 //!   and re-entering the wheel, so it lives in a [`Slot`] of the shard's side slab: state
 //!   byte, kind, generation, wheel key and the task (a repeating task, or a `Sleep`'s
@@ -186,7 +189,8 @@ pub(crate) struct Due {
 pub(crate) struct Shard {
     pub(crate) wheel: Wheel<Payload>,
     /// Outcome of the last one-shot callback that left each wheel entry, by entry index
-    /// (see the ground rules); grown on demand to the wheel's capacity.
+    /// (see the ground rules); grown to the wheel's capacity when a one-shot callback is
+    /// scheduled beyond it.
     finished: Vec<u32>,
     slots: Vec<Slot>,
     free: u32,
@@ -298,26 +302,45 @@ impl Shard {
     }
 
     /// Records how the one-shot callback of wheel key `key` ended, for its handle.
+    #[inline]
     fn finish_once(&mut self, key: TimerKey, cancelled: bool) {
         let i = key_index(key) as usize;
-        if i >= self.finished.len() {
-            let len = self.wheel.capacity().max(i + 1);
-            self.finished.resize(len, u32::MAX);
+        let record = finished_record(key_gen(key), cancelled);
+        match self.finished.get_mut(i) {
+            Some(slot) => *slot = record,
+            // Not reached: `schedule_once` sized `finished` past every one-shot entry.
+            None => {
+                self.grow_finished(i);
+                self.finished[i] = record;
+            }
         }
-        self.finished[i] = finished_record(key_gen(key), cancelled);
+    }
+
+    /// Sizes `finished` to cover wheel entry `i` (to the wheel's capacity: grown as
+    /// rarely as the wheel's slab).
+    #[cold]
+    #[inline(never)]
+    fn grow_finished(&mut self, i: usize) {
+        let len = self.wheel.capacity().max(i + 1);
+        self.finished.resize(len, u32::MAX);
     }
 
     /// Schedules a one-shot callback; returns `(wheel key index, generation, wake driver)`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn schedule_once(
         &mut self,
         f: Box<dyn FnOnce() + Send>,
         tick: u64,
     ) -> (u32, u32, bool) {
         let key = self.wheel.insert(tick, Payload::Once(f));
+        let index = key_index(key);
+        if index as usize >= self.finished.len() {
+            // Here, not when it fires: the driver must not stall on this in a burst.
+            self.grow_finished(index as usize);
+        }
         self.pending += 1;
         self.scheduled += 1;
-        (key_index(key), key_gen(key), self.lower_target(tick))
+        (index, key_gen(key), self.lower_target(tick))
     }
 
     /// Cancels a one-shot callback: `Some(closure to drop)` if this prevented its run.
@@ -755,6 +778,25 @@ mod tests {
             "fired: nothing to cancel"
         );
         assert_eq!(shard.pending, 0);
+    }
+
+    /// The outcome records are sized while scheduling, so the first firing of a burst does
+    /// not stop to size them under the lock (it wrote 4 MB, 2.8 ms, for 1M timers).
+    #[test]
+    fn finished_records_are_sized_when_scheduling_not_when_firing() {
+        let mut shard = Shard::new(7);
+        let handles: Vec<(u32, u32, bool)> = (0..5_000u64)
+            .map(|i| shard.schedule_once(Box::new(|| ()), 10 + i % 100))
+            .collect();
+        let sized = shard.finished.len();
+        assert!(sized >= 5_000, "finished sized to {sized} while scheduling");
+        let mut due = Due::default();
+        while shard.take_due(0, 200, &mut due, 256).0 {}
+        assert_eq!(due.fires.len(), 5_000);
+        assert_eq!(shard.finished.len(), sized, "firing resized finished");
+        for (i, gen, _) in handles {
+            assert_eq!(shard.state_once(i, gen), Some(DONE));
+        }
     }
 
     #[test]
