@@ -70,8 +70,12 @@ mod mem;
 mod plan;
 mod record;
 mod space;
+#[doc(hidden)]
+pub mod wal;
 
-pub use disk::{DiskOptions, DiskStore, DEFAULT_MIN_FREE_BYTES, FORMAT_VERSION};
+pub use disk::{
+    DiskOptions, DiskStore, DEFAULT_LOG_SEGMENT_BYTES, DEFAULT_MIN_FREE_BYTES, FORMAT_VERSION,
+};
 pub use error::StoreError;
 pub use fault::{Fault, FaultyStore};
 pub use group::{batch_bytes, Durable, GroupCommit, GroupStats, Ticket};

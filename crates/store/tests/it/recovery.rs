@@ -135,7 +135,7 @@ fn unknown_format_version_is_refused() {
         let meta = db
             .keyspace("meta", fjall::KeyspaceCreateOptions::default)
             .unwrap();
-        meta.insert("format_version", 3u32.to_be_bytes()).unwrap();
+        meta.insert("format_version", 4u32.to_be_bytes()).unwrap();
         db.persist(fjall::PersistMode::SyncAll).unwrap();
     }
     let err = DiskStore::open(dir.path(), DiskOptions::default()).unwrap_err();
@@ -143,14 +143,14 @@ fn unknown_format_version_is_refused() {
         matches!(
             err,
             StoreError::UnsupportedVersion {
-                found: 3,
-                supported: 2,
+                found: 4,
+                supported: 3,
                 ..
             }
         ),
         "{err}"
     );
-    assert!(err.to_string().contains("format version 3"), "{err}");
+    assert!(err.to_string().contains("format version 4"), "{err}");
 }
 
 #[test]
