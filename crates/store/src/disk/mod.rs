@@ -3,7 +3,8 @@
 //! # Layout
 //!
 //! One fjall 3 database in `DIR/engine/` (one journal, so a batch across tables is atomic)
-//! with four tables (fjall "keyspaces"); `docs/storage-format.md` has the full description.
+//! with four tables (fjall "keyspaces"), and the write-ahead log in `DIR/wal/`
+//! ([`crate::wal`]); `docs/storage-format.md` has the full description.
 //!
 //! | table | key | value |
 //! |-------|-----|-------|
@@ -22,7 +23,13 @@
 //! of index entries and counters in a commit sees no concurrent commit; the lock also guards the
 //! cached `next_id` and counters, updated only after the batch is written. Once `poison` is set,
 //! nothing is written again by this handle. The periodic fsync thread (`Durability::Periodic`)
-//! only calls fjall's `persist`, outside the write lock.
+//! and the persist thread (`Durability::Sync`: syncs fjall so the log may overwrite a
+//! segment) only call fjall's `persist`, outside the write lock.
+//!
+//! With `Durability::Sync` a commit writes its log record and syncs it, then writes the fjall
+//! batch (with `meta/wal_seq`) without a sync: the order that makes a failed log write or
+//! sync leave the tables untouched (nothing of that commit is acknowledged, and memory and
+//! tables agree on everything acknowledged).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -236,7 +243,8 @@ impl std::fmt::Debug for DiskStore {
 }
 
 impl DiskStore {
-    /// Opens (creating if needed) the store in `dir`, replaying the journal after a crash.
+    /// Opens (creating if needed) the store in `dir`, replaying fjall's journal and then the
+    /// write-ahead log after a crash.
     ///
     /// # Errors
     ///

@@ -1,5 +1,6 @@
 //! The payload of a log record: a batch of [`Change`]s, one after the other. All integers
-//! little-endian; a job record is the store's record encoding ([`crate::record`]).
+//! little-endian; a job record is the store's record encoding (`record.rs`, described in
+//! `docs/storage-format.md`).
 //!
 //! | change | bytes |
 //! |--------|-------|

@@ -27,7 +27,7 @@
 //!
 //! - Sequence numbers grow by one per logged commit across the whole log and are never reused
 //!   (after a torn tail is dropped, the next number is past every record seen, see
-//!   [`Replay::max_seen`]).
+//!   `Replay::max_seen`).
 //! - fjall's `meta/wal_seq` is written in the same fjall batch as the commit's changes, so
 //!   fjall always holds a prefix of the log's commits and knows which one ends it.
 //! - A segment is overwritten (recycled) only once every record in it has `seq ≤` what fjall
