@@ -221,30 +221,34 @@ impl Log {
         applied: u64,
         create: bool,
     ) -> io::Result<(Option<Log>, Replay)> {
-        let mut segments = Vec::new();
+        // Segment `n` (or `None` where it is missing), as found.
+        let mut found_segments: Vec<Option<Segment>> = Vec::new();
         let mut scans = Vec::new();
         let exists = wal_dir.try_exists()?;
-        if exists {
-            for n in 0..SEGMENTS {
-                let path = segment_path(wal_dir, n);
-                let bytes = match fs::read(&path) {
-                    Ok(b) => b,
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
-                    Err(e) => return Err(e),
-                };
-                let found = scan(&bytes);
-                let last_seq = found.iter().map(|f| f.seq).max().unwrap_or(0);
-                scans.push(found);
-                if create {
-                    let file = fs::OpenOptions::new().read(true).write(true).open(&path)?;
-                    segments.push(Segment {
-                        file,
-                        path,
-                        len: bytes.len() as u64,
-                        last_seq,
-                    });
+        for n in 0..SEGMENTS {
+            let path = segment_path(wal_dir, n);
+            let bytes = match fs::read(&path) {
+                Ok(b) => b,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    found_segments.push(None);
+                    continue;
                 }
-            }
+                Err(e) => return Err(e),
+            };
+            let found = scan(&bytes);
+            let last_seq = found.iter().map(|f| f.seq).max().unwrap_or(0);
+            scans.push(found);
+            let file = if create {
+                fs::OpenOptions::new().read(true).write(true).open(&path)?
+            } else {
+                File::open(&path)?
+            };
+            found_segments.push(Some(Segment {
+                file,
+                path,
+                len: bytes.len() as u64,
+                last_seq,
+            }));
         }
         let replay = select(scans, applied);
         if !create {
@@ -256,9 +260,12 @@ impl Log {
                 sync_dir(parent)?;
             }
         }
-        while segments.len() < SEGMENTS {
-            let n = segments.len();
-            segments.push(create_segment(wal_dir, n, segment_bytes)?);
+        let mut segments = Vec::with_capacity(SEGMENTS);
+        for (n, seg) in found_segments.into_iter().enumerate() {
+            segments.push(match seg {
+                Some(seg) => seg,
+                None => create_segment(wal_dir, n, segment_bytes)?,
+            });
         }
         Ok((
             Some(Log {

@@ -357,3 +357,32 @@ mod faults {
         check(LogFault::Sync);
     }
 }
+
+#[test]
+fn a_missing_segment_is_recreated_without_touching_the_other() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("wal");
+    let (mut log, _) = open(&dir, 256, 0);
+    let mut seq = 0;
+    let mut first_in_1 = None;
+    while seq < 7 {
+        seq += 1;
+        if log
+            .append(seq, &encode_record(seq, &[seq as u8; 40]))
+            .unwrap()
+        {
+            first_in_1.get_or_insert(seq);
+        }
+    }
+    let first_in_1 = first_in_1.expect("7 records of 60 bytes fill a 256-byte segment");
+    assert_eq!(log.position().0, dir.join("1.seg"));
+    drop(log);
+    fs::remove_file(dir.join("0.seg")).unwrap();
+    let (log, replay) = open(&dir, 256, first_in_1 - 1);
+    assert_eq!(
+        replay.records.iter().map(|f| f.seq).collect::<Vec<_>>(),
+        (first_in_1..=7).collect::<Vec<_>>()
+    );
+    assert_eq!(log.bytes(), 512);
+    assert_eq!(fs::read(dir.join("0.seg")).unwrap(), vec![0u8; 256]);
+}
