@@ -6,8 +6,10 @@
 //! engine's vocabulary: it stores [`Change`]s and recovers [`JobRecord`]s, so nothing is
 //! translated between the layers. This crate provides:
 //!
-//! - [`DiskStore`]: the embedded on-disk store, on the fjall LSM engine (one journal append and
-//!   one fsync per commit; see `docs/decisions/0002-storage-engine.md` and
+//! - [`DiskStore`]: the embedded on-disk store, on the fjall LSM engine, with a write-ahead
+//!   log of its own in front (one record written and `fdatasync`ed per commit into
+//!   preallocated blocks, fjall synced in the background; see
+//!   `docs/decisions/0002-storage-engine.md`, `docs/decisions/0013-write-ahead-log.md` and
 //!   `docs/storage-format.md`).
 //! - [`MemStore`]: the same semantics in memory (tests; an in-memory server).
 //! - [`GroupCommit`]: many callers commit concurrently; every batch queued while a commit runs
@@ -70,8 +72,12 @@ mod mem;
 mod plan;
 mod record;
 mod space;
+#[doc(hidden)]
+pub mod wal;
 
-pub use disk::{DiskOptions, DiskStore, DEFAULT_MIN_FREE_BYTES, FORMAT_VERSION};
+pub use disk::{
+    DiskOptions, DiskStore, DEFAULT_LOG_SEGMENT_BYTES, DEFAULT_MIN_FREE_BYTES, FORMAT_VERSION,
+};
 pub use error::StoreError;
 pub use fault::{Fault, FaultyStore};
 pub use group::{batch_bytes, Durable, GroupCommit, GroupStats, Ticket};

@@ -3,7 +3,8 @@
 //! # Layout
 //!
 //! One fjall 3 database in `DIR/engine/` (one journal, so a batch across tables is atomic)
-//! with four tables (fjall "keyspaces"); `docs/storage-format.md` has the full description.
+//! with four tables (fjall "keyspaces"), and the write-ahead log in `DIR/wal/`
+//! ([`crate::wal`]); `docs/storage-format.md` has the full description.
 //!
 //! | table | key | value |
 //! |-------|-----|-------|
@@ -22,10 +23,16 @@
 //! of index entries and counters in a commit sees no concurrent commit; the lock also guards the
 //! cached `next_id` and counters, updated only after the batch is written. Once `poison` is set,
 //! nothing is written again by this handle. The periodic fsync thread (`Durability::Periodic`)
-//! only calls fjall's `persist`, outside the write lock.
+//! and the persist thread (`Durability::Sync`: syncs fjall so the log may overwrite a
+//! segment) only call fjall's `persist`, outside the write lock.
+//!
+//! With `Durability::Sync` a commit writes its log record and syncs it, then writes the fjall
+//! batch (with `meta/wal_seq`) without a sync: the order that makes a failed log write or
+//! sync leave the tables untouched (nothing of that commit is acknowledged, and memory and
+//! tables agree on everything acknowledged).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -44,11 +51,15 @@ use crate::record::{decode, decode_locator, due_key, id_key, split_due_key, unti
 use crate::{Durability, Recovered, Store, StoreError};
 
 /// The on-disk format version this build reads and writes (stored in `meta/format_version`).
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
+/// The previous format, upgraded in place at open (it has no log; see `check_version`).
+const FORMAT_2: u32 = 2;
 
 const META_VERSION: &[u8] = b"format_version";
 const META_NEXT_ID: &[u8] = b"next_id";
 const META_DELAYED: &[u8] = b"delayed/";
+/// The sequence number of the last log record applied to the tables (u64 BE; absent: 0).
+const META_WAL_SEQ: &[u8] = b"wal_seq";
 
 /// The tables, in the order they are opened (and copied by a migration).
 const TABLES: [&str; 4] = ["jobs", "resident", "due", "meta"];
@@ -90,6 +101,13 @@ pub struct DiskOptions {
     /// full disk fails the commit that hits it and poisons the store until a restart, see
     /// `docs/decisions/0006-free-space-guard.md`).
     pub min_free_bytes: u64,
+    /// Size of each of the write-ahead log's two segments (`DIR/wal/`), written with zeros
+    /// when created. With [`Durability::Sync`] each commit is one record in the log (one
+    /// write and one `fdatasync` of already-written blocks), and fjall is synced in the
+    /// background once a segment fills. A batch larger than a segment is committed with a
+    /// sync of fjall's journal instead. Default 1 MiB; at least 4 KiB. Only used when a
+    /// segment is created: existing segments keep their size.
+    pub log_segment_bytes: u64,
 }
 
 /// The default free-space reserve: 64 MiB. The engine needs room it does not ask for: a
@@ -100,6 +118,12 @@ pub struct DiskOptions {
 /// raise the reserve with it.
 pub const DEFAULT_MIN_FREE_BYTES: u64 = 64 << 20;
 
+/// The default size of a log segment ([`DiskOptions::log_segment_bytes`]): 1 MiB, about
+/// 4 000 single-put commits between two background syncs of fjall; the log takes 2 MiB.
+pub const DEFAULT_LOG_SEGMENT_BYTES: u64 = 1 << 20;
+/// The smallest log segment.
+const MIN_LOG_SEGMENT_BYTES: u64 = 4 << 10;
+
 impl Default for DiskOptions {
     fn default() -> Self {
         DiskOptions {
@@ -108,6 +132,7 @@ impl Default for DiskOptions {
             cache_bytes: 16 << 20,
             max_write_buffer_bytes: 32 << 20,
             min_free_bytes: DEFAULT_MIN_FREE_BYTES,
+            log_segment_bytes: DEFAULT_LOG_SEGMENT_BYTES,
         }
     }
 }
@@ -125,6 +150,13 @@ impl DiskOptions {
     #[must_use]
     pub fn min_free_bytes(mut self, bytes: u64) -> DiskOptions {
         self.min_free_bytes = bytes;
+        self
+    }
+
+    /// These options with [`log_segment_bytes`](DiskOptions::log_segment_bytes) set.
+    #[must_use]
+    pub fn log_segment_bytes(mut self, bytes: u64) -> DiskOptions {
+        self.log_segment_bytes = bytes;
         self
     }
 }
@@ -154,6 +186,10 @@ pub struct DiskStore {
     /// Dropping it stops the periodic fsync thread.
     stop: Option<mpsc::Sender<()>>,
     flusher: Option<JoinHandle<()>>,
+    /// With a log: asks the persist thread to make fjall durable up to a sequence number
+    /// (dropping it stops the thread).
+    persist: Option<mpsc::Sender<u64>>,
+    persister: Option<JoinHandle<()>>,
 }
 
 /// What commits would otherwise read from the tables on every batch. Valid while the store is
@@ -169,6 +205,10 @@ struct WriteState {
     jobs_end: Option<JobId>,
     /// `meta/delayed/<tube>` for the tubes loaded so far.
     delayed: std::collections::HashMap<String, u64>,
+    /// The write-ahead log (with [`Durability::Sync`]).
+    log: Option<crate::wal::Log>,
+    /// The sequence number of the last commit written to the tables (`meta/wal_seq`).
+    log_seq: u64,
 }
 
 struct Inner {
@@ -186,6 +226,9 @@ struct Inner {
     space: SpaceGuard,
     /// Written since the last periodic fsync.
     dirty: AtomicBool,
+    /// Every log record up to this sequence number is durable in fjall (its segment may be
+    /// overwritten).
+    log_durable: AtomicU64,
     /// One store per directory; last, so it is released after the engine is dropped.
     _lock: crate::lock::DirLock,
 }
@@ -200,7 +243,8 @@ impl std::fmt::Debug for DiskStore {
 }
 
 impl DiskStore {
-    /// Opens (creating if needed) the store in `dir`, replaying the journal after a crash.
+    /// Opens (creating if needed) the store in `dir`, replaying fjall's journal and then the
+    /// write-ahead log after a crash.
     ///
     /// # Errors
     ///
@@ -262,11 +306,23 @@ impl DiskStore {
             write_lock: Mutex::new(WriteState::default()),
             poison: Mutex::new(None),
             dirty: AtomicBool::new(false),
+            log_durable: AtomicU64::new(0),
             space: SpaceGuard::new(&dir, source, options.min_free_bytes, refresh),
             dir,
             _lock: lock,
         };
         inner.check_version()?;
+        let wal_dir = dir_of_log(&inner.dir);
+        let applied = inner.log_seq()?;
+        let segment = options.log_segment_bytes.max(MIN_LOG_SEGMENT_BYTES);
+        let create = options.durability == Durability::Sync;
+        let (log, replay) = crate::wal::Log::open(&wal_dir, segment, applied, create)
+            .map_err(|e| StoreError::io(&wal_dir, e))?;
+        {
+            let mut ws = inner.lock_writes();
+            ws.log = log;
+            ws.log_seq = applied;
+        }
         let inner = Arc::new(inner);
         let (stop, flusher) = match options.durability {
             Durability::Periodic { interval_ms } => {
@@ -283,11 +339,81 @@ impl DiskStore {
             }
             Durability::Sync | Durability::None => (None, None),
         };
-        Ok(DiskStore {
+        let mut store = DiskStore {
             inner,
             stop,
             flusher,
-        })
+            persist: None,
+            persister: None,
+        };
+        store.replay(replay)?;
+        if create {
+            let (tx, rx) = mpsc::channel::<u64>();
+            let inner = Arc::clone(&store.inner);
+            let handle = std::thread::Builder::new()
+                .name("tickwheel-store-persist".into())
+                .spawn(move || persist_thread(&inner, &rx))
+                .map_err(|e| StoreError::io(&wal_dir, e))?;
+            store.persist = Some(tx);
+            store.persister = Some(handle);
+        }
+        Ok(store)
+    }
+
+    /// Replays the log records fjall does not have, then makes everything durable in fjall,
+    /// so the log may be overwritten from its start.
+    fn replay(&self, replay: crate::wal::Replay) -> Result<(), StoreError> {
+        let s = &*self.inner;
+        let wal_dir = dir_of_log(&s.dir);
+        for found in replay.records {
+            let batch = crate::wal::codec::decode_changes(&found.payload).map_err(|d| {
+                StoreError::Corrupt {
+                    file: wal_dir.clone(),
+                    offset: found.offset,
+                    detail: format!("log record {} checks but does not decode: {d}", found.seq),
+                }
+            })?;
+            self.apply(&batch, Some(found.seq))?;
+        }
+        let mut ws = s.lock_writes();
+        if replay.max_seen > ws.log_seq {
+            // Records past a gap (never replayed): number new records past them.
+            let mut b = s.db.batch();
+            b.insert(&s.meta, META_WAL_SEQ, replay.max_seen.to_be_bytes());
+            s.write_unchecked(b, PersistMode::Buffer)?;
+            ws.log_seq = replay.max_seen;
+        }
+        // Also covers what fjall has only in the page cache (written before a process crash
+        // and not synced): the log is about to overwrite the records that hold it.
+        s.persist_all()?;
+        s.log_durable.store(ws.log_seq, Ordering::Release);
+        Ok(())
+    }
+
+    /// Makes every commit so far durable in fjall's own files (one sync of its journal), so
+    /// the write-ahead log holds nothing that must be replayed. Commits do not need it (they
+    /// are durable when they return); it shortens the next open's replay.
+    ///
+    /// # Errors
+    ///
+    /// The engine's I/O error; the store is poisoned then.
+    pub fn checkpoint(&self) -> Result<(), StoreError> {
+        let s = &*self.inner;
+        let ws = s.lock_writes();
+        if let Some(p) = s.poisoned() {
+            return Err(p);
+        }
+        s.persist_all()?;
+        s.log_durable.fetch_max(ws.log_seq, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Fails the log's next appends (tests).
+    #[cfg(test)]
+    pub(crate) fn set_log_fault(&self, fault: Option<crate::wal::LogFault>) {
+        if let Some(log) = self.inner.lock_writes().log.as_mut() {
+            log.fault = fault;
+        }
     }
 
     /// The store directory.
@@ -301,9 +427,16 @@ impl DiskStore {
     ///
     /// I/O errors while listing the engine's files.
     pub fn disk_space(&self) -> Result<u64, StoreError> {
+        let log = self
+            .inner
+            .lock_writes()
+            .log
+            .as_ref()
+            .map_or(0, |l| l.bytes());
         self.inner
             .db
             .disk_space()
+            .map(|b| b + log)
             .map_err(|e| self.inner.engine_error(e))
     }
 }
@@ -330,6 +463,30 @@ fn periodic_fsync(inner: &Inner, stop: &mpsc::Receiver<()>, every: Duration) {
     }
 }
 
+/// The persist thread of a store with a log: on request, syncs fjall (everything committed
+/// so far) and records the sequence number it covers, so the log may overwrite a segment
+/// without waiting for that sync on a commit.
+fn persist_thread(inner: &Inner, requests: &mpsc::Receiver<u64>) {
+    while let Ok(mut upto) = requests.recv() {
+        while let Ok(more) = requests.try_recv() {
+            upto = upto.max(more);
+        }
+        if inner.poisoned().is_some() {
+            return;
+        }
+        // Every commit up to `upto` was written to fjall before the request was sent.
+        if inner.persist_all().is_err() {
+            return;
+        }
+        inner.log_durable.fetch_max(upto, Ordering::AcqRel);
+    }
+}
+
+/// The log's directory in a data directory.
+fn dir_of_log(dir: &Path) -> PathBuf {
+    dir.join(crate::wal::WAL_DIR)
+}
+
 impl Drop for DiskStore {
     fn drop(&mut self) {
         drop(self.stop.take());
@@ -337,7 +494,11 @@ impl Drop for DiskStore {
             // A panic in the fsync thread already poisoned nothing we could report here.
             let _ = h.join();
         }
-        if self.inner.durability != Durability::Sync && self.inner.poisoned().is_none() {
+        drop(self.persist.take());
+        if let Some(h) = self.persister.take() {
+            let _ = h.join();
+        }
+        if self.inner.poisoned().is_none() {
             // Best effort on a clean close; errors cannot be reported from drop.
             let _ = self.inner.db.persist(PersistMode::SyncAll);
         }
@@ -468,6 +629,14 @@ impl Inner {
                             format!("format_version is {} bytes, not 4", v.len()),
                         )
                     })?;
+                if found == FORMAT_2 {
+                    // Format 2 is format 3 without a log: nothing to convert. Marking it 3
+                    // before the log is written keeps a format-2 build (which would ignore
+                    // the log and lose what only the log holds) from opening it again.
+                    let mut b = self.db.batch();
+                    b.insert(&self.meta, META_VERSION, FORMAT_VERSION.to_be_bytes());
+                    return self.write(b, 64);
+                }
                 if found != FORMAT_VERSION {
                     return Err(StoreError::UnsupportedVersion {
                         path: self.dir.clone(),
@@ -498,16 +667,43 @@ impl Inner {
     /// [`crate::space`]).
     fn write(&self, batch: Batch, bytes: u64) -> Result<(), StoreError> {
         self.space.check_commit(bytes)?;
-        let result = self.write_unchecked(batch);
+        let result = self.write_unchecked(batch, self.mode());
         self.space.refresh();
         result
     }
 
-    fn write_unchecked(&self, batch: Batch) -> Result<(), StoreError> {
-        let mode = match self.durability {
+    /// The fjall persist mode of a commit that does not go through the log.
+    fn mode(&self) -> PersistMode {
+        match self.durability {
             Durability::Sync => PersistMode::SyncData,
             Durability::Periodic { .. } | Durability::None => PersistMode::Buffer,
-        };
+        }
+    }
+
+    /// Syncs fjall (every journal), poisoning on failure.
+    fn persist_all(&self) -> Result<(), StoreError> {
+        self.db.persist(PersistMode::SyncAll).map_err(|e| {
+            let err = self.engine_error(e);
+            self.set_poison(&err);
+            err
+        })
+    }
+
+    /// `meta/wal_seq`: the last log record applied to the tables.
+    fn log_seq(&self) -> Result<u64, StoreError> {
+        match self
+            .meta
+            .get(META_WAL_SEQ)
+            .map_err(|e| self.engine_error(e))?
+        {
+            None => Ok(0),
+            Some(v) => {
+                be_u64(&v).ok_or_else(|| self.corrupt(&self.meta, "wal_seq is not 8 bytes".into()))
+            }
+        }
+    }
+
+    fn write_unchecked(&self, batch: Batch, mode: PersistMode) -> Result<(), StoreError> {
         match batch.durability(Some(mode)).commit() {
             Ok(()) => {
                 self.dirty.store(true, Ordering::Release);

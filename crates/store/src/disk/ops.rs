@@ -4,7 +4,13 @@
 
 use std::collections::BTreeMap;
 
-use super::{be_u64, DiskStore, META_DELAYED, META_NEXT_ID};
+use std::sync::atomic::Ordering;
+
+use fjall::PersistMode;
+
+use super::{be_u64, DiskStore, META_DELAYED, META_NEXT_ID, META_WAL_SEQ};
+use crate::wal::codec::encode_changes;
+use crate::wal::{encode_record, Room};
 use tickwheel_queue::{Change, JobId, JobRecord, TubeName};
 
 use crate::plan::plan;
@@ -14,6 +20,13 @@ use crate::{Recovered, StoreError};
 /// The operations, unguarded: [`Store`] for [`DiskStore`] wraps each in [`DiskStore::guarded`].
 impl DiskStore {
     pub(super) fn commit_unguarded(&self, batch: &[Change]) -> Result<(), StoreError> {
+        self.apply(batch, None)
+    }
+
+    /// Commits `batch`: through the log if the store has one (one record, synced, then the
+    /// tables without a sync), else to the tables with the store's durability. `replay` is the
+    /// sequence number of a log record being replayed at open: the tables only.
+    pub(super) fn apply(&self, batch: &[Change], replay: Option<u64>) -> Result<(), StoreError> {
         validate(batch)?;
         let s = &*self.inner;
         let mut ws = s.lock_writes();
@@ -107,8 +120,69 @@ impl DiskStore {
         }
         // Keys (at most 16 bytes), partition name and journal framing: 64 bytes an item.
         let bytes = record_bytes + 64 * b.len() as u64;
-        s.write(b, bytes)?;
-        // Written: the caches follow.
+        let ws = &mut *ws;
+        match (replay, ws.log.as_mut()) {
+            (Some(seq), _) => {
+                b.insert(&s.meta, META_WAL_SEQ, seq.to_be_bytes());
+                s.write_unchecked(b, PersistMode::Buffer)?;
+                ws.log_seq = seq;
+            }
+            (None, Some(log)) => {
+                let seq = ws.log_seq + 1;
+                b.insert(&s.meta, META_WAL_SEQ, seq.to_be_bytes());
+                let record = encode_record(seq, &encode_changes(batch));
+                match log.room(record.len()) {
+                    Room::TooLarge => {
+                        // Larger than a segment: fjall's journal, synced, carries it (and
+                        // every earlier commit with it).
+                        s.write(b, bytes)?;
+                        s.log_durable.fetch_max(seq, Ordering::AcqRel);
+                        ws.log_seq = seq;
+                        return Self::written(ws, &p, jobs_end, new_counts, new_next);
+                    }
+                    Room::NextSegment { needs_durable }
+                        if needs_durable > s.log_durable.load(Ordering::Acquire) =>
+                    {
+                        // The background sync of fjall has not covered the segment to be
+                        // overwritten yet: sync here (every earlier commit is in fjall).
+                        s.persist_all()?;
+                        s.log_durable.fetch_max(ws.log_seq, Ordering::AcqRel);
+                    }
+                    Room::NextSegment { .. } | Room::Here => {}
+                }
+                s.space.check_commit(bytes)?;
+                let switched = match log.append(seq, &record) {
+                    Ok(switched) => switched,
+                    Err(e) => {
+                        let err = StoreError::io(log.current_path(), e);
+                        s.set_poison(&err);
+                        return Err(err);
+                    }
+                };
+                let written = s.write_unchecked(b, PersistMode::Buffer);
+                s.space.refresh();
+                written?;
+                ws.log_seq = seq;
+                if switched {
+                    if let Some(tx) = &self.persist {
+                        // Covers the segment just left, so it can be overwritten next time.
+                        let _ = tx.send(seq - 1);
+                    }
+                }
+            }
+            (None, None) => s.write(b, bytes)?,
+        }
+        Self::written(ws, &p, jobs_end, new_counts, new_next)
+    }
+
+    /// After a batch is written: the caches follow.
+    fn written(
+        ws: &mut super::WriteState,
+        p: &crate::plan::Plan,
+        jobs_end: JobId,
+        new_counts: Vec<(&str, u64)>,
+        new_next: Option<JobId>,
+    ) -> Result<(), StoreError> {
         for (tube, count) in new_counts {
             ws.delayed.insert(tube.to_owned(), count);
         }

@@ -124,7 +124,7 @@ fn injected_full_disk_is_reported_as_disk_full() {
 fn real_full_disk_on_tmpfs() {
     let mnt = tempfile::tempdir().unwrap();
     let status = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+        .args(["-t", "tmpfs", "-o", "size=11m", "tmpfs"])
         .arg(mnt.path())
         .stderr(std::process::Stdio::null())
         .status();
@@ -141,14 +141,21 @@ fn real_full_disk_on_tmpfs() {
     let _unmount = Unmount(mnt.path());
     let dir = mnt.path().join("store");
     let filler = mnt.path().join("filler");
-    std::fs::write(&filler, vec![0u8; 2 << 20]).unwrap();
+    // 3 MiB: freed below, room for the 1 MiB job and the reserve. The disk is 11 MiB: the
+    // store's write-ahead log takes 2 MiB of it at open, leaving the store the 6 MiB it had
+    // on an 8 MiB disk with a 2 MiB filler before the log.
+    std::fs::write(&filler, vec![0u8; 3 << 20]).unwrap();
     let copy = tempfile::tempdir().unwrap();
     let mut acked = Vec::new();
     {
-        let options = DiskOptions::default().min_free_bytes(1 << 20);
+        let mut options = DiskOptions::default().min_free_bytes(1 << 20);
+        // Memtables a flush can write within the reserve: with the default (16 MiB a table)
+        // the 4 KiB bodies, compressed in fjall's journal, fill a memtable whose flush (not
+        // compressed) cannot fit, and the failed flush poisons fjall (seen in 2 of 6 runs).
+        options.max_write_buffer_bytes = 1 << 20;
         let store = match DiskStore::open(&dir, options) {
             Ok(s) => s,
-            Err(e) => panic!("opening a store on an 8 MiB tmpfs failed: {e}"),
+            Err(e) => panic!("opening a store on an 11 MiB tmpfs failed: {e}"),
         };
         let mut first_err = None;
         'fill: for b in 0..10_000u64 {
@@ -170,7 +177,7 @@ fn real_full_disk_on_tmpfs() {
                 }
             }
         }
-        let err = first_err.expect("an 8 MiB disk filled up with 40 MiB of jobs");
+        let err = first_err.expect("an 11 MiB disk filled up with 40 MiB of jobs");
         assert!(
             matches!(err, StoreError::LowSpace { .. }),
             "expected LowSpace, got: {err}"

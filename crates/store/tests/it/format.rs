@@ -67,6 +67,18 @@ fn format_v2_fixture_opens_and_recovers() {
         "opened without a migration"
     );
     assert!(!tmp.path().join("journals").exists());
+    // Upgraded in place to format 3: the version says so (a format-2 build refuses it, as
+    // it would ignore the write-ahead log), and the log exists.
+    let db = fjall::Database::builder(tmp.path().join("engine"))
+        .open()
+        .unwrap();
+    let meta = db
+        .keyspace("meta", fjall::KeyspaceCreateOptions::default)
+        .unwrap();
+    let version = meta.get("format_version").unwrap().unwrap();
+    assert_eq!(&*version, &3u32.to_be_bytes());
+    assert!(tmp.path().join("wal/0.seg").exists());
+    assert!(tmp.path().join("wal/1.seg").exists());
 }
 
 /// A tickwheel built on fjall 2 must refuse a migrated directory, not start an empty store in

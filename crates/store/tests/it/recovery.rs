@@ -135,7 +135,7 @@ fn unknown_format_version_is_refused() {
         let meta = db
             .keyspace("meta", fjall::KeyspaceCreateOptions::default)
             .unwrap();
-        meta.insert("format_version", 3u32.to_be_bytes()).unwrap();
+        meta.insert("format_version", 4u32.to_be_bytes()).unwrap();
         db.persist(fjall::PersistMode::SyncAll).unwrap();
     }
     let err = DiskStore::open(dir.path(), DiskOptions::default()).unwrap_err();
@@ -143,14 +143,14 @@ fn unknown_format_version_is_refused() {
         matches!(
             err,
             StoreError::UnsupportedVersion {
-                found: 3,
-                supported: 2,
+                found: 4,
+                supported: 3,
                 ..
             }
         ),
         "{err}"
     );
-    assert!(err.to_string().contains("format version 3"), "{err}");
+    assert!(err.to_string().contains("format version 4"), "{err}");
 }
 
 #[test]
@@ -167,5 +167,46 @@ fn every_durability_mode_survives_a_clean_reopen() {
         }
         let s = open(dir.path());
         assert_eq!(s.get(1).unwrap(), Some(ready(1, "t")), "{durability:?}");
+    }
+}
+
+/// A store opened with `-f`/`-F` durability writes no log records, but replays a log that a
+/// `Sync` store left (here: after fjall lost its unsynced writes), and a later `Sync` open
+/// numbers its records past it.
+#[test]
+fn periodic_and_none_replay_a_log_left_by_sync() {
+    for durability in [Durability::Periodic { interval_ms: 5 }, Durability::None] {
+        let dir = tempfile::tempdir().unwrap();
+        let snap = tempfile::tempdir().unwrap();
+        let engine = dir.path().join("engine");
+        {
+            let s = open(dir.path());
+            s.commit(&[Change::Put(ready(1, "t"))]).unwrap();
+            s.checkpoint().unwrap();
+            crate::util::copy_dir(&engine, snap.path());
+            s.commit(&[Change::Put(ready(2, "t"))]).unwrap();
+            s.commit(&[Change::Delete { id: 1 }]).unwrap();
+        }
+        // A power cut: fjall keeps only what it had synced at the checkpoint.
+        std::fs::remove_dir_all(&engine).unwrap();
+        crate::util::copy_dir(snap.path(), &engine);
+        {
+            let s = DiskStore::open(dir.path(), DiskOptions::with_durability(durability)).unwrap();
+            assert_eq!(s.get(1).unwrap(), None, "{durability:?}");
+            assert_eq!(s.get(2).unwrap(), Some(ready(2, "t")), "{durability:?}");
+            s.commit(&[Change::Put(ready(3, "t"))]).unwrap();
+        }
+        let s = open(dir.path());
+        s.commit(&[Change::Put(ready(4, "t"))]).unwrap();
+        drop(s);
+        let s = open(dir.path());
+        let ids: Vec<_> = s
+            .recover(u64::MAX)
+            .unwrap()
+            .resident
+            .iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(ids, vec![2, 3, 4], "{durability:?}");
     }
 }

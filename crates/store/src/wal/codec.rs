@@ -1,0 +1,137 @@
+//! The payload of a log record: a batch of [`Change`]s, one after the other. All integers
+//! little-endian; a job record is the store's record encoding (`record.rs`, described in
+//! `docs/storage-format.md`).
+//!
+//! | change | bytes |
+//! |--------|-------|
+//! | `Put` | `1`, id u64, record length u32, record |
+//! | `Update` | `2`, id u64, state tag u8 (0 ready, 1 delayed, 2 buried), `until` u64, priority u32 |
+//! | `Delete` | `3`, id u64 |
+//! | `ReserveIds` | `4`, end u64 |
+
+use tickwheel_queue::{Change, DurableState};
+
+use crate::record::{decode, encode};
+
+const PUT: u8 = 1;
+const UPDATE: u8 = 2;
+const DELETE: u8 = 3;
+const RESERVE: u8 = 4;
+
+/// Encodes a batch (which passed [`crate::validate`]).
+pub fn encode_changes(batch: &[Change]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(64 * batch.len());
+    for c in batch {
+        match c {
+            Change::Put(r) => {
+                let rec = encode(r);
+                v.push(PUT);
+                v.extend_from_slice(&r.id.to_le_bytes());
+                let len = u32::try_from(rec.len()).expect("validate() bounds a record to 16 MiB");
+                v.extend_from_slice(&len.to_le_bytes());
+                v.extend_from_slice(&rec);
+            }
+            Change::Update {
+                id,
+                state,
+                priority,
+            } => {
+                let (tag, until) = match *state {
+                    DurableState::Ready => (0u8, 0u64),
+                    DurableState::Delayed { until } => (1, until),
+                    DurableState::Buried => (2, 0),
+                };
+                v.push(UPDATE);
+                v.extend_from_slice(&id.to_le_bytes());
+                v.push(tag);
+                v.extend_from_slice(&until.to_le_bytes());
+                v.extend_from_slice(&priority.to_le_bytes());
+            }
+            Change::Delete { id } => {
+                v.push(DELETE);
+                v.extend_from_slice(&id.to_le_bytes());
+            }
+            Change::ReserveIds { end } => {
+                v.push(RESERVE);
+                v.extend_from_slice(&end.to_le_bytes());
+            }
+        }
+    }
+    v
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|&e| e <= self.bytes.len())
+            .ok_or_else(|| format!("change at byte {} is cut off", self.at))?;
+        let s = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+}
+
+/// Decodes a payload; the error describes the first byte that does not decode. Never panics
+/// on any input.
+///
+/// # Errors
+///
+/// A description of what does not decode (for [`crate::StoreError::Corrupt`]).
+pub fn decode_changes(bytes: &[u8]) -> Result<Vec<Change>, String> {
+    let mut r = Reader { bytes, at: 0 };
+    let mut out = Vec::new();
+    while r.at < bytes.len() {
+        let start = r.at;
+        let change = match r.u8()? {
+            PUT => {
+                let id = r.u64()?;
+                let len = r.u32()?;
+                let len = usize::try_from(len).map_err(|_| "record length overflows")?;
+                let rec = decode(id, r.take(len)?)?;
+                Change::Put(rec)
+            }
+            UPDATE => {
+                let id = r.u64()?;
+                let tag = r.u8()?;
+                let until = r.u64()?;
+                let priority = r.u32()?;
+                let state = match tag {
+                    0 => DurableState::Ready,
+                    1 => DurableState::Delayed { until },
+                    2 => DurableState::Buried,
+                    t => return Err(format!("update of job {id}: unknown state tag {t}")),
+                };
+                Change::Update {
+                    id,
+                    state,
+                    priority,
+                }
+            }
+            DELETE => Change::Delete { id: r.u64()? },
+            RESERVE => Change::ReserveIds { end: r.u64()? },
+            t => return Err(format!("unknown change tag {t} at byte {start}")),
+        };
+        out.push(change);
+    }
+    Ok(out)
+}
