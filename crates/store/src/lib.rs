@@ -9,7 +9,7 @@
 //! - [`DiskStore`]: the embedded on-disk store, on the fjall LSM engine, with a write-ahead
 //!   log of its own in front (one record written and `fdatasync`ed per commit into
 //!   preallocated blocks, fjall synced in the background; see
-//!   `docs/decisions/0002-storage-engine.md`, `docs/decisions/0013-write-ahead-log.md` and
+//!   `docs/decisions/0002-storage-engine.md`, `docs/decisions/0014-write-ahead-log.md` and
 //!   `docs/storage-format.md`).
 //! - [`MemStore`]: the same semantics in memory (tests; an in-memory server).
 //! - [`GroupCommit`]: many callers commit concurrently; every batch queued while a commit runs

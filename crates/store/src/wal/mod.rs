@@ -1,5 +1,5 @@
 //! The store's write-ahead log: preallocated, overwritten segments, one `pwrite` and one
-//! `fdatasync` per commit (see `docs/decisions/0013-write-ahead-log.md`). Internal: public
+//! `fdatasync` per commit (see `docs/decisions/0014-write-ahead-log.md`). Internal: public
 //! only for the fuzz target `wal_decode` ([`fuzz_check`]).
 //!
 //! # Why
