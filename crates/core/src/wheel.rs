@@ -46,6 +46,9 @@ const START_MASK: [u64; TABLES] = {
 };
 const GARBAGE_SLACK: usize = 64;
 
+/// `Wheel::pressure` with no garbage and no timer.
+const NO_PRESSURE: i64 = -2 * GARBAGE_SLACK as i64;
+
 /// A hierarchical timing wheel holding timers with values of type `T`.
 ///
 /// See the [crate documentation](crate) for the model, the guarantees and the cost of each
@@ -98,9 +101,12 @@ pub struct Wheel<T> {
     /// lowered by every filing; recomputed (`refresh_next`) only when the timer removed,
     /// reset or fired had this deadline.
     next: Tick,
-    /// Garbage items in all slots: items whose timer was cancelled, reset or (by a
-    /// compaction that copied it) moved. Bounds memory (see `GARBAGE_HALVES`).
-    garbage: usize,
+    /// `2 × garbage − 3 × len − 2 × GARBAGE_SLACK`, where `garbage` is the number of items
+    /// in all slots whose timer was cancelled or reset: positive when garbage exceeds its
+    /// bound (see `GARBAGE_HALVES`). One counter, so that a cancel (+5), an insert (−3), a
+    /// firing (+3) and a dropped garbage item (−2) each update one field and an insert
+    /// tests its sign.
+    pressure: i64,
     /// Cancels and resets so far: a slot's `min` is exact while this equals its `exact_at`.
     cancels: u64,
     /// Where the round-robin compaction looks next: `table * SLOTS + slot`.
@@ -204,7 +210,7 @@ impl<T> Wheel<T> {
             scratch: Vec::new(),
             fresh_gen: wheel_seed(),
             next: Tick::MAX,
-            garbage: 0,
+            pressure: NO_PRESSURE,
             cancels: 0,
             compact_cursor: 0,
             cascade_level: 0,
@@ -299,6 +305,7 @@ impl<T> Wheel<T> {
         }
         let deadline = deadline.max(self.elapsed);
         self.len += 1;
+        self.pressure -= 3;
         if self.free != NIL {
             let index = self.free;
             // Filed before the entry is written: until then any item naming it is garbage.
@@ -361,7 +368,7 @@ impl<T> Wheel<T> {
         };
         self.free = key.index;
         self.len -= 1;
-        self.garbage += 1;
+        self.pressure += 5; // one more garbage item, one timer fewer
         self.cancels += 1;
         if timer.deadline == self.next {
             self.refresh_next();
@@ -398,7 +405,7 @@ impl<T> Wheel<T> {
         // The entry points at the new item: the old one is garbage from now on.
         let pos = self.file(key.index, deadline);
         self.set_pos(key.index, pos);
-        self.garbage += 1;
+        self.pressure += 2; // one more garbage item
         self.cancels += 1;
         if old == self.next {
             self.refresh_next();
@@ -829,9 +836,26 @@ impl<T> Wheel<T> {
     /// slack), each insert or reset compacts one occupied slot, round-robin.
     #[inline]
     fn bound_garbage(&mut self) {
-        if 2 * self.garbage > GARBAGE_HALVES * self.len + 2 * GARBAGE_SLACK {
+        if self.pressure > 0 {
             self.compact_next();
         }
+    }
+
+    /// Debug builds: `pressure` agrees with a count of every slot's items.
+    #[cfg(debug_assertions)]
+    fn check_pressure(&self) {
+        let items: usize = self
+            .levels
+            .iter()
+            .flat_map(|lvl| lvl.chains.iter())
+            .map(|chain| chain.items as usize)
+            .sum();
+        let garbage = items - self.len;
+        assert_eq!(
+            self.pressure,
+            2 * garbage as i64 - 3 * self.len as i64 + NO_PRESSURE,
+            "garbage pressure out of step"
+        );
     }
 
     /// Compacts the next occupied slot after the round-robin cursor (every table's slots in
@@ -840,6 +864,8 @@ impl<T> Wheel<T> {
     #[cold]
     #[inline(never)]
     fn compact_next(&mut self) {
+        #[cfg(debug_assertions)]
+        self.check_pressure();
         let total = TABLES * SLOTS;
         let mut from = self.compact_cursor % total;
         for _ in 0..=TABLES {
@@ -879,6 +905,8 @@ impl<T> Wheel<T> {
     #[cold]
     #[inline(never)]
     fn refresh_next(&mut self) {
+        #[cfg(debug_assertions)]
+        self.check_pressure();
         if self.len == 0 {
             self.next = Tick::MAX;
             return;
@@ -951,7 +979,7 @@ impl<T> Wheel<T> {
                 self.pool.free_one(chunk);
             }
             if at(&self.entries, index, addr(chunk, word)).is_none() {
-                self.garbage -= 1;
+                self.pressure -= 2;
                 continue;
             }
             let vacant = Entry::Vacant {
@@ -965,6 +993,7 @@ impl<T> Wheel<T> {
             debug_assert_eq!(timer.deadline, self.elapsed, "fired off its tick");
             self.free = index;
             self.len -= 1;
+            self.pressure += 3;
             // `next` was this timer's deadline: it stays if another live timer follows in
             // this slot (dropping the garbage before it now is work the next poll saves).
             if self.levels[0].chains[slot].items == 0 {
@@ -1147,7 +1176,7 @@ impl<T> Wheel<T> {
             let words = self.pool.chunks[chunk as usize].0;
             let mut deadlines = [0; WORDS as usize];
             let live = gather_live(&self.entries, &words, chunk, word, end, &mut deadlines);
-            self.garbage -= (end - word - live.count_ones()) as usize;
+            self.pressure -= 2 * i64::from(end - word - live.count_ones());
             let c = &mut self.levels[1].chains[slot];
             c.items -= end - word;
             if last {
@@ -1198,7 +1227,7 @@ impl<T> Wheel<T> {
             // overlap instead of waiting for each `file` in turn), then re-file the live ones.
             let mut deadlines = [0; WORDS as usize];
             let live = gather_live(&self.entries, &words, chunk, word, end, &mut deadlines);
-            self.garbage -= (end - word - live.count_ones()) as usize;
+            self.pressure -= 2 * i64::from(end - word - live.count_ones());
             let c = &mut self.levels[level].chains[slot];
             c.items -= end - word;
             if last {
@@ -1269,7 +1298,7 @@ impl<T> Wheel<T> {
             if at(&self.entries, index, addr(chunk, word)).is_some() {
                 return true;
             }
-            self.garbage -= 1;
+            self.pressure -= 2;
             chain.items -= 1;
             chain.start += 1;
             if chain.start == WORDS && chunk != chain.tail {
@@ -1327,7 +1356,7 @@ impl<T> Wheel<T> {
             read_chunk = words[0];
             read_word = 1;
         }
-        self.garbage -= (chain.items - kept) as usize;
+        self.pressure -= 2 * i64::from(chain.items - kept);
         if write_chunk != chain.tail {
             let first_spare = self.pool.next(write_chunk);
             self.pool.free_run(first_spare, chain.tail);
@@ -1490,7 +1519,7 @@ impl<T> Wheel<T> {
         self.nonempty = 0;
         self.horizon = Tick::MAX;
         self.next = Tick::MAX;
-        self.garbage = 0;
+        self.pressure = NO_PRESSURE;
         self.free = NIL;
         self.len = 0;
     }
