@@ -2,7 +2,7 @@
 //! slot's earliest deadline.
 //!
 //! A slot's timers are a chain of chunks in the pool (see `pool.rs`); a level holds only the
-//! chains' ends and counters, so it is a fixed 10 KiB whatever the number of timers.
+//! chains' ends and counters, so it is a fixed 11 KiB whatever the number of timers.
 //!
 //! # Earliest deadline per slot
 //!

@@ -157,7 +157,7 @@
 //!   for free); then one append per live timer.
 //! - **Fire**: the head item of the level-0 slot and its entry.
 //! - **Pre-cascade** ([`Wheel::prepare`]): as a cascade, into the staging table; entering the
-//!   window swaps the staging table with level 0's (two 10 KiB tables, once per 256 ticks).
+//!   window swaps the staging table with level 0's (two 11 KiB tables, once per 256 ticks).
 //!
 //! Where a churn op's time goes at N = 1e6 (cachegrind, per cancel + insert, the bench's
 //! harness included): 2.51 misses of the 1 MiB L2, of which 1.1 are the harness's own table,
@@ -171,8 +171,8 @@
 //! the measurements behind the change.
 //!
 //! Memory: about 24 + 4 × (1 + garbage) × 16/15 bytes per timer, measured at 32.6 B after one
-//! cancel per timer and 34.5 B in the steady state of heavy churn at N = 1e6; plus 10 KiB of
-//! slot tables per level and 10 KiB for the staging table. Once the slab and pool have grown to the live count (or after
+//! cancel per timer and 34.5 B in the steady state of heavy churn at N = 1e6; plus 11 KiB of
+//! slot tables per level and 11 KiB for the staging table. Once the slab and pool have grown to the live count (or after
 //! [`Wheel::with_capacity`]), inserting, cancelling and firing allocate nothing: entries and
 //! chunks are reused, most recent first.
 //!
