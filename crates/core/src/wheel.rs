@@ -893,6 +893,15 @@ impl<T> Wheel<T> {
                 self.set_pre(0, false);
             }
         }
+        if self.pre_moving && table == 1 && slot == slot_for(self.pre_window, 1) {
+            // The rest of a moving window is gone (moved, or a compaction found only
+            // garbage): the window is staged, or empty.
+            if self.nonempty & (1 << STAGE) == 0 {
+                self.set_pre(0, false);
+            } else {
+                self.set_pre(self.pre_window, false);
+            }
+        }
     }
 
     /// Recomputes `next` after the timer with that deadline was removed, reset or fired:
@@ -1158,12 +1167,9 @@ impl<T> Wheel<T> {
         loop {
             let chain = self.levels[1].chains[slot];
             if chain.items == 0 {
+                // Ends the move: the window is staged, or (every timer of it was removed) gone.
                 self.empty_slot(1, slot);
-                if self.nonempty & (1 << STAGE) == 0 {
-                    self.set_pre(0, false); // every timer of the window was removed
-                } else {
-                    self.set_pre(self.pre_window, false);
-                }
+                debug_assert!(!self.pre_moving);
                 return true;
             }
             if *budget == 0 && moved {

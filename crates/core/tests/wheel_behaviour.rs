@@ -605,3 +605,26 @@ fn garbage_only_slots_keep_next_deadline_exact() {
     assert!(model.is_empty() && wheel.is_empty());
     assert_eq!(wheel.next_deadline(), None);
 }
+
+/// A window being pre-cascaded whose timers not moved yet are all cancelled (cancels do not
+/// finish the move any more, ADR 0013), then compacted away (`shrink_to_fit` compacts every
+/// slot): the timers already staged must still fire, in order.
+#[test]
+fn compacting_away_the_rest_of_a_moving_window_keeps_the_staged_timers() {
+    let mut wheel: Wheel<u64> = Wheel::new();
+    let keys: Vec<TimerKey> = (0..100u64).map(|i| wheel.insert(256 + i, i)).collect();
+    assert!(wheel.prepare(1), "one line moved, the window still moving");
+    // The earliest timers (filed first) are staged; cancel every other one.
+    for key in &keys[15..] {
+        assert!(wheel.remove(*key).is_some());
+    }
+    assert_eq!(wheel.next_deadline(), Some(256));
+    wheel.shrink_to_fit();
+    assert_eq!(wheel.next_deadline(), Some(256));
+    let mut fired = Vec::new();
+    while let Some((_, value)) = wheel.poll(10_000) {
+        fired.push(value);
+    }
+    assert_eq!(fired, (0..15).collect::<Vec<_>>());
+    assert!(wheel.is_empty());
+}

@@ -64,7 +64,8 @@ fn crowded_op_strategy() -> impl Strategy<Value = WheelOp> {
 /// Cancel-heavy (ADR 0013: cancels leave their slot alone): timers spread over a few slots
 /// of levels 0-3 and mostly cancelled or reset again, so slots hold only garbage when they are
 /// reached, the earliest timer is often the one removed, and the round-robin compaction runs
-/// (garbage above 1.5 per live timer + 64).
+/// (garbage above 1.5 per live timer + 64) or `shrink_to_fit` compacts every slot, also
+/// while a window is being pre-cascaded.
 fn cancel_heavy_op_strategy() -> impl Strategy<Value = WheelOp> {
     let pick = any::<usize>();
     let near = prop_oneof![
@@ -80,8 +81,9 @@ fn cancel_heavy_op_strategy() -> impl Strategy<Value = WheelOp> {
         2 => (0u64..400).prop_map(WheelOp::Advance),
         1 => (0u64..20_000_000).prop_map(WheelOp::Advance),
         2 => (0u64..300, 0usize..20).prop_map(|(d, b)| WheelOp::PollBudgeted(d, b)),
-        1 => (0usize..20).prop_map(WheelOp::Prepare),
+        2 => (0usize..20).prop_map(WheelOp::Prepare),
         1 => (0u64..50).prop_map(WheelOp::PollOnce),
+        1 => Just(WheelOp::Shrink),
         1 => Just(WheelOp::Check),
     ]
 }
