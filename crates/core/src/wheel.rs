@@ -258,8 +258,11 @@ impl<T> Wheel<T> {
         if additional > vacant {
             self.entries.reserve(additional - vacant);
         }
-        // The chunks the slots may need for that many timers, garbage included.
-        let items = (self.len + additional) * (2 + GARBAGE_HALVES) / 2 + GARBAGE_SLACK;
+        // The chunks the slots may need for that many timers, garbage included (its bound,
+        // plus what cancels can add while the round-robin compaction walks once over every
+        // slot), and a partly filled head and tail chunk per slot.
+        let items =
+            (self.len + additional) * (2 + GARBAGE_HALVES) / 2 + GARBAGE_SLACK + SLOTS * TABLES;
         self.pool
             .reserve_total(items / ITEMS as usize + 2 * SLOTS * TABLES);
         // The sort buffer (see `sort_slot`): 4 bytes per timer, touched only if a slot
