@@ -2,23 +2,23 @@
 //! slot's earliest deadline.
 //!
 //! A slot's timers are a chain of chunks in the pool (see `pool.rs`); a level holds only the
-//! chains' ends and counters, so it is a fixed 10 KiB whatever the number of timers.
+//! chains' ends and counters, so it is a fixed 11 KiB whatever the number of timers.
 //!
 //! # Earliest deadline per slot
 //!
 //! A level-0 slot holds a single tick, so its earliest deadline is its tick. A slot of a
-//! higher level covers `64^level` ticks, and `Wheel::next_deadline` must still be exact, so
-//! each slot keeps `min`:
-//! - filing a deadline lowers `min` if it is smaller, and marks the slot *unsorted* if it is
-//!   smaller than the last deadline filed there;
-//! - removing a timer whose deadline equals `min` marks the slot *stale*: `min` is then only
-//!   a lower bound (cancels are lazy, so the wheel does not look at the other items then).
+//! higher level covers `256^level` ticks, so each slot keeps `min`, a lower bound of its
+//! live deadlines:
+//! - filing a deadline lowers `min` if it is smaller (and then `min` is exact), and marks
+//!   the slot *unsorted* if it is smaller than the last deadline filed there;
+//! - cancels do not touch the slot at all, so `min` may be a cancelled timer's deadline. It
+//!   is exact while the wheel's cancel count still equals the slot's `exact_at`.
 //!
-//! The wheel repairs a stale slot only when it is the wheel's earliest slot, so a stale slot
-//! costs nothing until its minimum is needed. A sorted slot is repaired by skipping the
-//! garbage at its head (each item is skipped once: amortised O(1)). An unsorted slot is
-//! repaired the first time by a scan, which also compacts it (O(k)); a second time by a sort
-//! of its live items, after which it is sorted and exact. So a slot whose timers are
+//! The wheel needs a slot's exact minimum only when that slot holds its earliest timer and
+//! the cached earliest deadline was just removed (`Wheel::refresh_next`). A sorted slot is
+//! then repaired by skipping the garbage at its head (each item once: amortised O(1)); an
+//! unsorted slot the first time by a scan, which also compacts it (O(k)); a second time by a
+//! sort of its live items, after which it is sorted and exact. So a slot whose timers are
 //! cancelled at random pays one scan, and a slot whose timers are cancelled in deadline order
 //! (request timeouts completed in order) pays one sort and then O(1) per cancel; a slot
 //! filled in deadline order never needs more than the head skip.
@@ -63,6 +63,20 @@ impl Bits {
             .map(|(i, &w)| i * 64 + w.trailing_zeros() as usize)
     }
 
+    /// The lowest set bit at or after `from`.
+    #[inline]
+    pub(crate) fn first_from(&self, from: usize) -> Option<usize> {
+        let mut word = from / 64;
+        let mut bits = self.0.get(word)? & (u64::MAX << (from % 64));
+        loop {
+            if bits != 0 {
+                return Some(word * 64 + bits.trailing_zeros() as usize);
+            }
+            word += 1;
+            bits = *self.0.get(word)?;
+        }
+    }
+
     /// The lowest set bit, if it lies before `before`.
     #[cfg(debug_assertions)]
     pub(crate) fn first_before(&self, before: usize) -> Option<usize> {
@@ -76,12 +90,13 @@ pub(crate) struct Level {
     pub(crate) occupied: Bits,
     /// Bit `s` set: slot `s`'s items are not in deadline order.
     pub(crate) unsorted: Bits,
-    /// Bit `s` set: `min[s]` is only a lower bound of slot `s`'s deadlines.
-    pub(crate) stale: Bits,
     /// Bit `s` set: slot `s` was repaired by a scan since it last became sorted or empty.
     pub(crate) scanned: Bits,
-    /// Earliest deadline in each slot, exact unless the slot is stale. Meaningless when empty.
+    /// A lower bound of each slot's live deadlines, exact while no timer has been cancelled
+    /// since `exact_at[s]`. Meaningless when empty.
     pub(crate) min: [Tick; SLOTS],
+    /// The wheel's cancel count (`Wheel::cancels`) when `min[s]` was last known exact.
+    pub(crate) exact_at: [u64; SLOTS],
     /// The largest deadline filed into each slot while it was sorted (the order check).
     pub(crate) last: [Tick; SLOTS],
     pub(crate) chains: [Chain; SLOTS],
@@ -91,9 +106,9 @@ impl Level {
     pub(crate) const EMPTY: Level = Level {
         occupied: Bits::EMPTY,
         unsorted: Bits::EMPTY,
-        stale: Bits::EMPTY,
         scanned: Bits::EMPTY,
         min: [0; SLOTS],
+        exact_at: [0; SLOTS],
         last: [0; SLOTS],
         chains: [Chain::EMPTY; SLOTS],
     };
@@ -108,7 +123,6 @@ impl Level {
     pub(crate) fn set_empty(&mut self, slot: usize) {
         self.occupied.clear(slot);
         self.unsorted.clear(slot);
-        self.stale.clear(slot);
         self.scanned.clear(slot);
         self.chains[slot] = Chain::EMPTY;
     }

@@ -126,9 +126,12 @@
 //! - **Cascading.** When the clock reaches the start of a slot above level 0, its timers move
 //!   down to the level their remaining time belongs to, in order. Each timer moves at most
 //!   once per level; with 1 ms ticks a timer due within 65 s moves once before it fires.
-//! - **Exact next deadline.** A level-0 slot is a single tick. A higher slot records its
-//!   earliest deadline, kept exact on insert; a cancel of that minimum marks it stale, and the
-//!   slot is repaired only if and when it becomes the earliest slot. See `level.rs`.
+//! - **Exact next deadline.** The wheel keeps the earliest pending deadline itself, lowered
+//!   by every insert. Only removing (or firing, or resetting) a timer with exactly that
+//!   deadline makes it look again: at the earliest slot, dropping garbage on the way (a
+//!   level-0 slot is a single tick; a higher slot records a lower bound of its deadlines,
+//!   exact while nothing was cancelled since it was last checked, else made exact by a
+//!   scan or, a second time, a sort). See `level.rs` and ADR 0013.
 //!
 //! # Memory layout: what one operation touches
 //!
@@ -140,32 +143,36 @@
 //!
 //! - **Insert**: the most recently freed slab entry (usually the one a cancel just touched,
 //!   still in cache), and one `u32` appended to the slot's tail chunk (hot: recently filed).
-//! - **Cancel**: the timer's own entry, nothing else. The item left in the slot is garbage;
-//!   the slot counts it and, when its garbage exceeds 1.5 × its live timers (+32), compacts
-//!   itself (reads each item's entry, keeps the live ones in order, frees spare chunks). So
-//!   garbage costs at most 10.7 bytes per live timer and 1.67 entry reads per cancel, paid in
-//!   a sequential pass whose reads do not depend on each other.
+//! - **Cancel**: the timer's own entry, nothing else: not its slot, not even its slot's
+//!   counters (the wheel counts garbage as a whole). The item left in the slot is garbage,
+//!   dropped when the slot is reached; while the wheel's garbage exceeds 1.5 × its live
+//!   timers (+64), each insert compacts one slot, round-robin (reads each item's entry,
+//!   keeps the live ones in order, frees spare chunks). So garbage costs about 10.7 bytes per
+//!   live timer and ~1.67 entry reads per cancel, paid in a sequential pass whose reads do
+//!   not depend on each other. Cancelling the earliest timer is the exception: it looks
+//!   for the next one (see *Exact next deadline* above).
 //! - **Cascade**: the slot's chunks front to back (15 items per line, each line freed at once
 //!   and refilled by the levels below while hot); the 15 entries of a line are read before any
 //!   item is moved, so their cache misses overlap instead of queueing (garbage is dropped here
 //!   for free); then one append per live timer.
 //! - **Fire**: the head item of the level-0 slot and its entry.
 //! - **Pre-cascade** ([`Wheel::prepare`]): as a cascade, into the staging table; entering the
-//!   window swaps the staging table with level 0's (two 10 KiB tables, once per 256 ticks).
+//!   window swaps the staging table with level 0's (two 11 KiB tables, once per 256 ticks).
 //!
 //! Where a churn op's time goes at N = 1e6 (cachegrind, per cancel + insert, the bench's
 //! harness included): 2.51 misses of the 1 MiB L2, of which 1.1 are the harness's own table,
 //! 0.98 the cancelled timer's entry and 0.24 the second line of an entry that straddles two
-//! (24-byte entries: 2 of every 8 do); 0.61 L1-only write misses on slots' tail chunks; ~150
-//! of ~300 instructions are the wheel's (filing arithmetic, slot counters, chunk append).
+//! (24-byte entries: 2 of every 8 do); 0.61 L1-only write misses on slots' tail chunks; ~125
+//! of ~280 instructions are the wheel's (mostly the insert: filing arithmetic, slot
+//! bookkeeping, chunk append).
 //!
 //! The first design threaded doubly linked lists through the entries: a cancel touched three
 //! random cache lines and a cascade chased one dependent pointer per timer. ADR 0004 records
 //! the measurements behind the change.
 //!
 //! Memory: about 24 + 4 × (1 + garbage) × 16/15 bytes per timer, measured at 32.6 B after one
-//! cancel per timer and 34.5 B in the steady state of heavy churn at N = 1e6; plus 10 KiB of
-//! slot tables per level and 10 KiB for the staging table. Once the slab and pool have grown to the live count (or after
+//! cancel per timer and 34.5 B in the steady state of heavy churn at N = 1e6; plus 11 KiB of
+//! slot tables per level and 11 KiB for the staging table. Once the slab and pool have grown to the live count (or after
 //! [`Wheel::with_capacity`]), inserting, cancelling and firing allocate nothing: entries and
 //! chunks are reused, most recent first.
 //!
@@ -181,12 +188,13 @@
 //! | [`prepare`](Wheel::prepare) | at most `budget` + 15 timers moved per call |
 //! | [`clear`](Wheel::clear), [`drain`](Wheel::drain), [`shrink_to_fit`](Wheel::shrink_to_fit) | O(capacity) |
 //!
-//! "Amortised" because a cancel occasionally compacts its slot (O(k) for its k items, paid
-//! for by the ≥ 0.6 k cancels that made the garbage). The other exception: removing or
-//! resetting the earliest timer of a slot above level 0 whose timers were inserted out of
-//! deadline order, while that slot is the earliest one, scans that slot, and a second time
-//! sorts it (O(k log k)) so that `next_deadline` stays exact; the slot then stays sorted until
-//! a timer is filed out of order.
+//! "Amortised" because, while garbage is over its bound, an insert compacts one slot (O(k)
+//! for its k items, paid for by the cancels that made the garbage). The other exception:
+//! removing, resetting or firing the earliest pending timer looks for the next one: it drops
+//! the garbage in front of it (each item once), and if that timer is in a slot above level 0
+//! whose timers were inserted out of deadline order, and timers were cancelled since that
+//! slot was last checked, scans that slot, and a second time sorts it (O(k log k)); the slot
+//! then stays sorted until a timer is filed out of order.
 //!
 //! # `no_std`
 //!

@@ -42,11 +42,12 @@ pub(crate) const MAX_CHUNKS: usize = (1 << 28) - 1;
 #[repr(align(64))]
 pub(crate) struct Chunk(pub(crate) [u32; WORDS as usize]);
 
-/// One slot's chain: where its items start and end, and how many of them are live.
+/// One slot's chain: where its items start and end, and how many there are.
 ///
-/// Items before `(head, start)` were consumed (fired, or skipped as garbage); items from
-/// `(head, start)` to `(tail, end)` are pending, `live` of them live, `items - live` garbage.
-/// An empty chain (no live item) owns no chunk: it is freed as soon as `live` reaches 0.
+/// Items before `(head, start)` were consumed (fired, or skipped as garbage); the `items`
+/// from `(head, start)` to `(tail, end)` are pending, live or garbage: a cancel does not
+/// touch its slot, so how many of them are live is known only when the slot is read (a
+/// cascade, a firing, a compaction). An empty chain (no item) owns no chunk.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Chain {
     pub(crate) head: u32,
@@ -55,7 +56,6 @@ pub(crate) struct Chain {
     pub(crate) start: u32,
     /// Word of `tail` after the last item (2..=16).
     pub(crate) end: u32,
-    pub(crate) live: u32,
     pub(crate) items: u32,
 }
 
@@ -65,15 +65,8 @@ impl Chain {
         tail: NIL,
         start: 1,
         end: WORDS,
-        live: 0,
         items: 0,
     };
-
-    /// Items that are no longer live but still take room in the chain.
-    #[inline]
-    pub(crate) fn garbage(&self) -> u32 {
-        self.items - self.live
-    }
 }
 
 /// The address of word `word` of chunk `chunk`.

@@ -17,12 +17,13 @@ use crate::InsertError;
 /// addresses fit a `u32` (see [`Wheel::compact_all`]).
 pub(crate) const MAX_TIMERS: usize = 1 << 30;
 
-/// A slot is compacted when its garbage exceeds `GARBAGE_HALVES / 2 * live + GARBAGE_SLACK`
-/// items. With 3 halves (1.5 garbage items per live one) a slot holds at most 2.5 items per
-/// live timer, 10.7 bytes with the chunk links, so a `Wheel<u64>` stays under 35 bytes per
-/// timer in the worst case; a compaction reads `live + garbage` entries to drop `garbage`
-/// items, 1.67 reads per cancel.
-const GARBAGE_HALVES: u32 = 3;
+/// Slots are compacted, one per insert and round-robin, while the wheel's garbage exceeds
+/// `GARBAGE_HALVES / 2 * len + GARBAGE_SLACK` items. With 3 halves (1.5 garbage items per
+/// live timer) the slots hold about 2.5 items per live timer, 10.7 bytes with the chunk
+/// links, so a `Wheel<u64>` stays under 35 bytes per timer; the slot compacted next is the
+/// one compacted longest ago, so with cancels spread over the slots a compaction reads
+/// about `live + garbage` entries to drop `garbage` items, ~1.67 reads per cancel.
+const GARBAGE_HALVES: usize = 3;
 
 /// Index in `Wheel::levels` of the staging table: a second level-0 table for the next
 /// rotation, filled by [`Wheel::prepare`] (ADR 0011).
@@ -43,14 +44,10 @@ const START_MASK: [u64; TABLES] = {
     masks[STAGE] = u64::MAX;
     masks
 };
-const GARBAGE_SLACK: u32 = 32;
+const GARBAGE_SLACK: usize = 64;
 
-/// Whether a slot with `live` timers and `garbage` dead items must be compacted.
-#[inline]
-fn over_garbage_bound(live: u32, garbage: u32) -> bool {
-    2 * u64::from(garbage)
-        > u64::from(GARBAGE_HALVES) * u64::from(live) + 2 * u64::from(GARBAGE_SLACK)
-}
+/// `Wheel::pressure` with no garbage and no timer.
+const NO_PRESSURE: i64 = -2 * GARBAGE_SLACK as i64;
 
 /// A hierarchical timing wheel holding timers with values of type `T`.
 ///
@@ -100,6 +97,20 @@ pub struct Wheel<T> {
     /// Generation given to entries pushed onto the slab. Raised above every generation a
     /// discarded entry had (by `clear`, `drain`, `shrink_to_fit`) so old keys stay dead.
     fresh_gen: u32,
+    /// The earliest pending effective deadline, exactly (meaningless when `len` is 0):
+    /// lowered by every filing; recomputed (`refresh_next`) only when the timer removed,
+    /// reset or fired had this deadline.
+    next: Tick,
+    /// `2 × garbage − 3 × len − 2 × GARBAGE_SLACK`, where `garbage` is the number of items
+    /// in all slots whose timer was cancelled or reset: positive when garbage exceeds its
+    /// bound (see `GARBAGE_HALVES`). One counter, so that a cancel (+5), an insert (−3), a
+    /// firing (+3) and a dropped garbage item (−2) each update one field and an insert
+    /// tests its sign.
+    pressure: i64,
+    /// Cancels and resets so far: a slot's `min` is exact while this equals its `exact_at`.
+    cancels: u64,
+    /// Where the round-robin compaction looks next: `table * SLOTS + slot`.
+    compact_cursor: usize,
     /// A cascade paused by [`Wheel::poll_budgeted`]: `(level, slot)` of the slot being moved
     /// down. The clock reads its start; the items not moved yet are still its chain, the
     /// moved ones are in the levels below. See `cascade_step`.
@@ -107,9 +118,6 @@ pub struct Wheel<T> {
     /// test one integer.
     cascade_level: usize,
     cascade_slot: usize,
-    /// While `cascading`: the exact earliest deadline among the cascading slot's timers,
-    /// moved or not (no timer of that range is removed while a cascade is paused).
-    cascade_min: Tick,
     /// 0, or the first tick of the window of the next level-0 rotation being pre-cascaded
     /// (see [`Wheel::prepare`]): the window's timers are moving from their level-1 slot to
     /// the staging table (`pre_moving`) or are all there.
@@ -118,9 +126,6 @@ pub struct Wheel<T> {
     /// `pre_window >> 8` while a window is staged (not moving), else `u64::MAX` (no
     /// deadline's high digits): [`place`](Self::place) tests one integer.
     staged_block: u64,
-    /// A cascade is paused or a window is moving: a removal may first have to finish it.
-    /// The hot paths test this one flag.
-    settling: bool,
 }
 
 /// What one [`Wheel::poll_budgeted`] call did.
@@ -204,13 +209,15 @@ impl<T> Wheel<T> {
             pool: Pool::new(),
             scratch: Vec::new(),
             fresh_gen: wheel_seed(),
+            next: Tick::MAX,
+            pressure: NO_PRESSURE,
+            cancels: 0,
+            compact_cursor: 0,
             cascade_level: 0,
             cascade_slot: 0,
-            cascade_min: 0,
             pre_window: 0,
             pre_moving: false,
             staged_block: u64::MAX,
-            settling: false,
         }
     }
 
@@ -251,11 +258,13 @@ impl<T> Wheel<T> {
         if additional > vacant {
             self.entries.reserve(additional - vacant);
         }
-        // The chunks the slots may need for that many timers, garbage included.
-        let items = (self.len + additional) * (2 + GARBAGE_HALVES as usize) / 2;
-        let per_slot = 2 + GARBAGE_SLACK as usize / ITEMS as usize;
+        // The chunks the slots may need for that many timers, garbage included (its bound,
+        // plus what cancels can add while the round-robin compaction walks once over every
+        // slot), and a partly filled head and tail chunk per slot.
+        let items =
+            (self.len + additional) * (2 + GARBAGE_HALVES) / 2 + GARBAGE_SLACK + SLOTS * TABLES;
         self.pool
-            .reserve_total(items / ITEMS as usize + per_slot * SLOTS * TABLES);
+            .reserve_total(items / ITEMS as usize + 2 * SLOTS * TABLES);
         // The sort buffer (see `sort_slot`): 4 bytes per timer, touched only if a slot
         // that large is ever sorted.
         self.scratch.reserve(self.len + additional);
@@ -299,6 +308,7 @@ impl<T> Wheel<T> {
         }
         let deadline = deadline.max(self.elapsed);
         self.len += 1;
+        self.pressure -= 3;
         if self.free != NIL {
             let index = self.free;
             // Filed before the entry is written: until then any item naming it is garbage.
@@ -315,6 +325,7 @@ impl<T> Wheel<T> {
                 pos,
             });
             self.free = next_free;
+            self.bound_garbage();
             Ok(TimerKey { index, gen })
         } else {
             let index = self.entries.len() as u32;
@@ -327,6 +338,7 @@ impl<T> Wheel<T> {
             }));
             let pos = self.file(index, deadline);
             self.set_pos(index, pos);
+            self.bound_garbage();
             Ok(TimerKey { index, gen })
         }
     }
@@ -346,29 +358,23 @@ impl<T> Wheel<T> {
     /// ```
     #[inline]
     pub fn remove(&mut self, key: TimerKey) -> Option<T> {
-        let deadline = self
-            .entries
-            .get(key.index as usize)?
-            .live(key.gen)?
-            .deadline;
-        if self.settling {
-            // In the window of a paused cascade or pre-cascade, its item may not have moved
-            // yet.
-            self.settle_for(deadline);
-        }
-        let (level, slot) = self.place(deadline);
+        let entry = self.entries.get_mut(key.index as usize)?;
+        entry.live(key.gen)?;
+        // The entry alone: its item in the slot is garbage from now on (no longer pointed
+        // at), and the slot is not touched (see `garbage`, `cancels`, `refresh_next`).
         let vacant = Entry::Vacant {
             gen: key.gen.wrapping_add(1),
             next_free: self.free,
         };
-        let Entry::Occupied(timer) = mem::replace(&mut self.entries[key.index as usize], vacant)
-        else {
+        let Entry::Occupied(timer) = mem::replace(entry, vacant) else {
             unreachable!("checked occupied above")
         };
         self.free = key.index;
         self.len -= 1;
-        if self.unfile_in(timer.deadline, level, slot) {
-            self.repair_front();
+        self.pressure += 5; // one more garbage item, one timer fewer
+        self.cancels += 1;
+        if timer.deadline == self.next {
+            self.refresh_next();
         }
         Some(timer.value)
     }
@@ -391,29 +397,23 @@ impl<T> Wheel<T> {
     /// ```
     pub fn reset(&mut self, key: TimerKey, deadline: Tick) -> bool {
         let deadline = deadline.max(self.elapsed);
-        let old = match self
+        let Some(timer) = self
             .entries
             .get_mut(key.index as usize)
             .and_then(|e| e.live_mut(key.gen))
-        {
-            Some(timer) => timer.deadline,
-            None => return false,
+        else {
+            return false;
         };
-        self.settle_for(old);
-        if let Some(timer) = self
-            .entries
-            .get_mut(key.index as usize)
-            .and_then(|e| e.live_mut(key.gen))
-        {
-            timer.deadline = deadline;
-        }
-        // File the new item first: the entry then points at it, and the old item is garbage
-        // by the time its slot's counters are updated (which may compact that slot).
+        let old = mem::replace(&mut timer.deadline, deadline);
+        // The entry points at the new item: the old one is garbage from now on.
         let pos = self.file(key.index, deadline);
         self.set_pos(key.index, pos);
-        if self.unfile(old) {
-            self.repair_front();
+        self.pressure += 2; // one more garbage item
+        self.cancels += 1;
+        if old == self.next {
+            self.refresh_next();
         }
+        self.bound_garbage();
         true
     }
 
@@ -478,20 +478,7 @@ impl<T> Wheel<T> {
     /// ```
     #[must_use]
     pub fn next_deadline(&self) -> Option<Tick> {
-        if self.cascade_level != 0 {
-            return Some(self.cascade_min);
-        }
-        let (level, slot) = self.front()?;
-        if level == 0 {
-            return Some(slot_start(self.elapsed, 0, slot));
-        }
-        if level == STAGE {
-            return Some(self.pre_window + slot as Tick);
-        }
-        // While a window moves, its level-1 slot's `min` is the window's exact minimum.
-        let lvl = &self.levels[level];
-        debug_assert!(!lvl.stale.get(slot), "front slot stale; level={level}");
-        Some(lvl.min[slot])
+        (self.len != 0).then_some(self.next)
     }
 
     /// Advances the clock to `now` and hands out one timer whose deadline has come, or `None`
@@ -561,7 +548,10 @@ impl<T> Wheel<T> {
             }
             self.elapsed = start;
             if level == 0 {
-                return Some(self.pop_front(slot));
+                match self.pop_front(slot) {
+                    Some(fired) => return Some(fired),
+                    None => continue, // only garbage was left in the slot
+                }
             }
             self.start_cascade(level, slot);
             self.finish_cascade();
@@ -582,10 +572,9 @@ impl<T> Wheel<T> {
     ///
     /// Every guarantee of `poll` holds: never early, exactly once, ties in insertion order,
     /// [`next_deadline`](Self::next_deadline) exact also while paused. While a cascade is
-    /// paused, inserting (anything) and removing or resetting a timer due outside the
-    /// window being cascaded stay O(1); removing or resetting a timer due inside that window
-    /// first completes the cascade (it has to know where the timer is), as does a plain
-    /// [`poll`](Self::poll) call. The clock reads the window's start while paused: a timer
+    /// paused, inserting, removing and resetting stay O(1), except that removing or
+    /// resetting the earliest pending timer first completes the cascade (the next earliest
+    /// may be on either side of it), as does a plain [`poll`](Self::poll) call. The clock reads the window's start while paused: a timer
     /// inserted then with an earlier deadline is due at that start, as with `poll`.
     ///
     /// # Examples
@@ -658,8 +647,10 @@ impl<T> Wheel<T> {
             }
             self.elapsed = start;
             if level == 0 {
-                let (key, value) = self.pop_front(slot);
-                return Step::Fired(key, value);
+                match self.pop_front(slot) {
+                    Some((key, value)) => return Step::Fired(key, value),
+                    None => continue, // only garbage was left in the slot
+                }
             }
             worked = true;
             self.start_cascade(level, slot);
@@ -786,12 +777,12 @@ impl<T> Wheel<T> {
     /// item's address, which the caller stores in the entry.
     #[inline]
     fn file(&mut self, index: u32, deadline: Tick) -> NonZeroU32 {
+        self.next = self.next.min(deadline);
         let (level, slot) = self.place(deadline);
         if level < self.cascade_level {
             // The window of a paused cascade (its slot's levels below): filed at the tail of
             // the cascading slot, behind the timers not moved yet, so ties keep their order.
             // (No window is pre-cascaded then, so `level` is `level_for`'s.)
-            self.cascade_min = self.cascade_min.min(deadline);
             return self.file_in(index, deadline, self.cascade_level, self.cascade_slot);
         }
         self.file_in(index, deadline, level, slot)
@@ -820,19 +811,19 @@ impl<T> Wheel<T> {
         self.horizon = self.horizon.min(deadline & START_MASK[level]);
         let lvl = &mut self.levels[level];
         let chain = &mut lvl.chains[slot];
-        if chain.live == 0 {
+        if chain.items == 0 {
             lvl.occupied.set(slot);
             lvl.unsorted.clear(slot);
-            lvl.stale.clear(slot);
             lvl.scanned.clear(slot);
             lvl.min[slot] = deadline;
+            lvl.exact_at[slot] = self.cancels;
             lvl.last[slot] = deadline;
             self.nonempty |= 1 << level;
         } else {
             if deadline <= lvl.min[slot] {
                 // Below every deadline in the slot, even if `min` was only a lower bound.
                 lvl.min[slot] = deadline;
-                lvl.stale.clear(slot);
+                lvl.exact_at[slot] = self.cancels;
             }
             if deadline < lvl.last[slot] {
                 lvl.unsorted.set(slot);
@@ -840,59 +831,156 @@ impl<T> Wheel<T> {
                 lvl.last[slot] = deadline;
             }
         }
-        chain.live += 1;
         chain.items += 1;
         self.pool.push(chain, index)
     }
 
-    /// Counts a timer of `deadline` out of its slot: its entry has already been vacated or
-    /// pointed elsewhere, so its item there is garbage now. Frees the slot if that was its
-    /// last live timer, and compacts it if garbage outgrows the bound.
-    ///
-    /// Returns `true` if the earliest slot may have changed or gone stale (the slot emptied,
-    /// or its minimum was removed): only then does [`repair_front`](Self::repair_front) have
-    /// anything to do. Filing never makes the earliest slot stale.
+    /// Keeps the garbage bounded: while it exceeds 1.5 items per live timer (plus a little
+    /// slack), each insert or reset compacts one occupied slot, round-robin.
     #[inline]
-    #[must_use]
-    fn unfile(&mut self, deadline: Tick) -> bool {
-        let (level, slot) = self.place(deadline);
-        self.unfile_in(deadline, level, slot)
+    fn bound_garbage(&mut self) {
+        if self.pressure > 0 {
+            self.compact_next();
+        }
     }
 
-    /// [`unfile`](Self::unfile) with the timer's table and slot already known.
-    #[inline]
-    #[must_use]
-    fn unfile_in(&mut self, deadline: Tick, level: usize, slot: usize) -> bool {
-        let lvl = &mut self.levels[level];
-        let chain = &mut lvl.chains[slot];
-        chain.live -= 1;
-        if chain.live == 0 {
-            self.pool.free_chain(chain);
-            lvl.set_empty(slot);
-            if lvl.occupied.is_empty() {
-                self.nonempty &= !(1 << level);
-                if level == STAGE && !self.pre_moving {
-                    // The staged window emptied: nothing left to enter.
-                    self.set_pre(0, false);
-                }
+    /// Debug builds: `pressure` agrees with a count of every slot's items.
+    #[cfg(debug_assertions)]
+    fn check_pressure(&self) {
+        let items: usize = self
+            .levels
+            .iter()
+            .flat_map(|lvl| lvl.chains.iter())
+            .map(|chain| chain.items as usize)
+            .sum();
+        let garbage = items - self.len;
+        assert_eq!(
+            self.pressure,
+            2 * garbage as i64 - 3 * self.len as i64 + NO_PRESSURE,
+            "garbage pressure out of step"
+        );
+    }
+
+    /// Compacts the next occupied slot after the round-robin cursor (every table's slots in
+    /// turn), so each slot is compacted once per round and the one compacted longest ago
+    /// goes next: with cancels spread over the slots, the one holding the most garbage.
+    #[cold]
+    #[inline(never)]
+    fn compact_next(&mut self) {
+        #[cfg(debug_assertions)]
+        self.check_pressure();
+        let total = TABLES * SLOTS;
+        let mut from = self.compact_cursor % total;
+        for _ in 0..=TABLES {
+            let (table, slot) = (from / SLOTS, from % SLOTS);
+            if let Some(slot) = self.levels[table].occupied.first_from(slot) {
+                self.compact_cursor = table * SLOTS + slot + 1;
+                self.compact(table, slot);
+                return;
             }
-            return true;
+            from = ((table + 1) % TABLES) * SLOTS;
         }
-        let stale = deadline == lvl.min[slot];
-        if stale {
-            lvl.stale.set(slot);
+    }
+
+    /// Forgets `slot` of `table`, whose chain holds no item any more (or only garbage
+    /// already counted out of `garbage`), and updates the occupancy bits.
+    #[inline]
+    fn empty_slot(&mut self, table: usize, slot: usize) {
+        let lvl = &mut self.levels[table];
+        self.pool.free_chain(&mut lvl.chains[slot]);
+        lvl.set_empty(slot);
+        if lvl.occupied.is_empty() {
+            self.nonempty &= !(1 << table);
+            if table == STAGE && !self.pre_moving {
+                // The staged window emptied: nothing left to enter.
+                self.set_pre(0, false);
+            }
         }
-        if over_garbage_bound(chain.live, chain.garbage()) {
-            self.compact(level, slot);
+        if self.pre_moving && table == 1 && slot == slot_for(self.pre_window, 1) {
+            // The rest of a moving window is gone (moved, or a compaction found only
+            // garbage): the window is staged, or empty.
+            if self.nonempty & (1 << STAGE) == 0 {
+                self.set_pre(0, false);
+            } else {
+                self.set_pre(self.pre_window, false);
+            }
         }
-        stale
+    }
+
+    /// Recomputes `next` after the timer with that deadline was removed, reset or fired:
+    /// drops the garbage at the front of the earliest slots until one holds a live timer,
+    /// and makes that slot's minimum exact (a level-0 or staged slot is a single tick; a
+    /// higher slot's `min` is exact unless a timer was cancelled since it was last known
+    /// exact). A sorted slot drops the garbage at its head (amortised O(1)); an unsorted one
+    /// is compacted the first time (O(k)) and sorted the second (O(k log k)), after which
+    /// removing its minimums in order is O(1).
+    #[cold]
+    #[inline(never)]
+    fn refresh_next(&mut self) {
+        #[cfg(debug_assertions)]
+        self.check_pressure();
+        if self.len == 0 {
+            self.next = Tick::MAX;
+            return;
+        }
+        // The earliest timer may be in either part of a paused cascade: finish it.
+        self.finish_cascade();
+        loop {
+            let Some((level, slot)) = self.front() else {
+                unreachable!("a live timer is in no slot")
+            };
+            if level == 0 || level == STAGE {
+                if self.first_live(level, slot) {
+                    self.next = if level == 0 {
+                        slot_start(self.elapsed, 0, slot)
+                    } else {
+                        self.pre_window + slot as Tick
+                    };
+                    return;
+                }
+                continue;
+            }
+            if self.at_window(level, slot) {
+                // Part of the window is staged already: finish moving it.
+                self.finish_pre();
+                continue;
+            }
+            let lvl = &self.levels[level];
+            if lvl.exact_at[slot] == self.cancels {
+                self.next = lvl.min[slot];
+                return;
+            }
+            let live = if !lvl.unsorted.get(slot) {
+                self.first_live(level, slot) && {
+                    self.exact_head_min(level, slot);
+                    true
+                }
+            } else if !lvl.scanned.get(slot) {
+                let live = self.compact(level, slot);
+                if live {
+                    self.levels[level].scanned.set(slot);
+                }
+                live
+            } else {
+                self.sort_slot(level, slot)
+            };
+            if live {
+                self.next = self.levels[level].min[slot];
+                return;
+            }
+        }
     }
 
     /// Hands out the first live timer of level-0 slot `slot` (its tick is the clock),
-    /// dropping the garbage before it.
-    fn pop_front(&mut self, slot: usize) -> (TimerKey, T) {
+    /// dropping the garbage before it; `None` (and the slot emptied) if only garbage was
+    /// left.
+    fn pop_front(&mut self, slot: usize) -> Option<(TimerKey, T)> {
         loop {
             let chain = &mut self.levels[0].chains[slot];
+            if chain.items == 0 {
+                self.empty_slot(0, slot);
+                return None;
+            }
             let (chunk, word) = (chain.head, chain.start);
             let index = self.pool.item(chunk, word);
             chain.items -= 1;
@@ -903,7 +991,8 @@ impl<T> Wheel<T> {
                 self.pool.free_one(chunk);
             }
             if at(&self.entries, index, addr(chunk, word)).is_none() {
-                continue; // garbage
+                self.pressure -= 2;
+                continue;
             }
             let vacant = Entry::Vacant {
                 gen: self.entries[index as usize].gen().wrapping_add(1),
@@ -916,22 +1005,20 @@ impl<T> Wheel<T> {
             debug_assert_eq!(timer.deadline, self.elapsed, "fired off its tick");
             self.free = index;
             self.len -= 1;
-            let lvl = &mut self.levels[0];
-            let chain = &mut lvl.chains[slot];
-            chain.live -= 1;
-            if chain.live == 0 {
-                self.pool.free_chain(chain);
-                lvl.set_empty(slot);
-                if lvl.occupied.is_empty() {
-                    self.nonempty &= !1;
-                }
+            self.pressure += 3;
+            // `next` was this timer's deadline: it stays if another live timer follows in
+            // this slot (dropping the garbage before it now is work the next poll saves).
+            if self.levels[0].chains[slot].items == 0 {
+                self.empty_slot(0, slot);
+                self.refresh_next();
+            } else if !self.first_live(0, slot) {
+                self.refresh_next();
             }
-            self.repair_front();
             let key = TimerKey {
                 index,
                 gen: timer.gen,
             };
-            return (key, timer.value);
+            return Some((key, timer.value));
         }
     }
 
@@ -939,15 +1026,11 @@ impl<T> Wheel<T> {
     /// reached its start) down to the levels their remaining time belongs to.
     #[inline]
     fn start_cascade(&mut self, level: usize, slot: usize) {
-        let lvl = &self.levels[level];
-        debug_assert!(!lvl.stale.get(slot), "cascading a stale slot");
         debug_assert!(
             self.nonempty & ((1 << level) - 1) == 0,
             "levels below not empty"
         );
-        self.cascade_min = lvl.min[slot];
         self.cascade_level = level;
-        self.settling = true;
         self.cascade_slot = slot;
     }
 
@@ -957,19 +1040,6 @@ impl<T> Wheel<T> {
             let mut unbounded = usize::MAX;
             let done = self.cascade_step(level, slot, &mut unbounded);
             debug_assert!(done);
-        }
-    }
-
-    /// Before a timer due at `deadline` is removed or moved: if a cascade is paused and the
-    /// timer is in its window, its item may be in the slot or below; finish the cascade so
-    /// that it is below, where `unfile` looks for it.
-    #[inline]
-    fn settle_for(&mut self, deadline: Tick) {
-        if level_for(self.elapsed, deadline) < self.cascade_level {
-            self.finish_cascade();
-        }
-        if self.pre_moving && deadline.wrapping_sub(self.pre_window) < SLOTS as u64 {
-            self.finish_pre();
         }
     }
 
@@ -998,8 +1068,9 @@ impl<T> Wheel<T> {
     /// 256). Every guarantee holds: never early, exactly once, ties in insertion order,
     /// exact [`next_deadline`](Self::next_deadline). While the window is moving, inserting
     /// anything stays O(1) (a timer due in the window is filed behind the ones not moved
-    /// yet); removing or resetting a timer due in the window first finishes the move, as
-    /// does a plain [`poll`](Self::poll) reaching the window.
+    /// yet), and so do removing and resetting, except that removing or resetting the
+    /// earliest pending timer may first finish the move, as does a plain
+    /// [`poll`](Self::poll) reaching the window.
     ///
     /// # Examples
     ///
@@ -1038,11 +1109,6 @@ impl<T> Wheel<T> {
             if !self.levels[1].occupied.get(slot) {
                 return false;
             }
-            if self.levels[1].stale.get(slot) {
-                // While the window moves, this slot's `min` must be the window's exact
-                // minimum (`next_deadline` reads it).
-                self.compact(1, slot);
-            }
             self.set_pre(window, true);
         }
         if !self.pre_moving {
@@ -1061,7 +1127,6 @@ impl<T> Wheel<T> {
         } else {
             u64::MAX
         };
-        self.settling = moving || self.cascade_level != 0;
     }
 
     /// `true` if `(level, slot)` (from [`front`](Self::front)) is the pre-cascaded window:
@@ -1104,18 +1169,10 @@ impl<T> Wheel<T> {
         let mut moved = false;
         loop {
             let chain = self.levels[1].chains[slot];
-            if chain.live == 0 {
-                let lvl = &mut self.levels[1];
-                self.pool.free_chain(&mut lvl.chains[slot]);
-                lvl.set_empty(slot);
-                if lvl.occupied.is_empty() {
-                    self.nonempty &= !(1 << 1);
-                }
-                if self.nonempty & (1 << STAGE) == 0 {
-                    self.set_pre(0, false); // every timer of the window was removed
-                } else {
-                    self.set_pre(self.pre_window, false);
-                }
+            if chain.items == 0 {
+                // Ends the move: the window is staged, or (every timer of it was removed) gone.
+                self.empty_slot(1, slot);
+                debug_assert!(!self.pre_moving);
                 return true;
             }
             if *budget == 0 && moved {
@@ -1128,11 +1185,11 @@ impl<T> Wheel<T> {
             let words = self.pool.chunks[chunk as usize].0;
             let mut deadlines = [0; WORDS as usize];
             let live = gather_live(&self.entries, &words, chunk, word, end, &mut deadlines);
+            self.pressure -= 2 * i64::from(end - word - live.count_ones());
             let c = &mut self.levels[1].chains[slot];
-            c.live -= live.count_ones();
             c.items -= end - word;
             if last {
-                debug_assert_eq!(c.live, 0, "live items past the tail");
+                debug_assert_eq!(c.items, 0, "items past the tail");
                 *c = Chain::EMPTY;
             } else {
                 c.head = words[0];
@@ -1162,15 +1219,9 @@ impl<T> Wheel<T> {
         let mut moved = false;
         loop {
             let chain = self.levels[level].chains[slot];
-            if chain.live == 0 {
-                let lvl = &mut self.levels[level];
-                self.pool.free_chain(&mut lvl.chains[slot]);
-                lvl.set_empty(slot);
-                if lvl.occupied.is_empty() {
-                    self.nonempty &= !(1 << level);
-                }
+            if chain.items == 0 {
+                self.empty_slot(level, slot);
                 self.cascade_level = 0;
-                self.settling = false; // no window moves while a cascade is paused
                 return true;
             }
             if *budget == 0 && moved {
@@ -1185,11 +1236,11 @@ impl<T> Wheel<T> {
             // overlap instead of waiting for each `file` in turn), then re-file the live ones.
             let mut deadlines = [0; WORDS as usize];
             let live = gather_live(&self.entries, &words, chunk, word, end, &mut deadlines);
+            self.pressure -= 2 * i64::from(end - word - live.count_ones());
             let c = &mut self.levels[level].chains[slot];
-            c.live -= live.count_ones();
             c.items -= end - word;
             if last {
-                debug_assert_eq!(c.live, 0, "live items past the tail");
+                debug_assert_eq!(c.items, 0, "items past the tail");
                 *c = Chain::EMPTY;
             } else {
                 c.head = words[0];
@@ -1210,62 +1261,56 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// Keeps [`next_deadline`](Self::next_deadline) exact: if the earliest slot is above
-    /// level 0 and its minimum went stale, repair it. Called after every operation that can
-    /// remove a slot's minimum or change which slot is earliest.
+    /// `true` if `slot` of `table` holds a live timer and its first item is one; otherwise
+    /// drops the garbage before the first live item ([`skip_head_garbage`]), emptying the
+    /// slot if there is none.
     ///
-    /// A sorted slot drops the garbage at its head (amortised O(1)). An unsorted slot is
-    /// scanned the first time (O(k), compacting it on the way) and sorted the second time
-    /// (O(k log k)), after which removing its minimums in order is O(1).
+    /// [`skip_head_garbage`]: Self::skip_head_garbage
     #[inline]
-    fn repair_front(&mut self) {
-        if self.nonempty & 1 != 0 || self.cascade_level != 0 {
-            return; // a level-0 slot is one tick: always exact
+    fn first_live(&mut self, table: usize, slot: usize) -> bool {
+        let chain = &self.levels[table].chains[slot];
+        if chain.items != 0 {
+            let (chunk, word) = (chain.head, chain.start);
+            let index = self.pool.item(chunk, word);
+            if at(&self.entries, index, addr(chunk, word)).is_some() {
+                return true;
+            }
         }
-        let Some((level, slot)) = self.front() else {
-            return;
-        };
-        let lvl = &self.levels[level];
-        if level == STAGE || !lvl.stale.get(slot) {
-            return; // a staged slot is one tick: always exact
-        }
-        if self.at_window(level, slot) {
-            // Not reached (removals in a moving window finish it first), but a partial
-            // repair of a moving slot would miss the moved timers: finish instead.
-            self.finish_pre();
-            return;
-        }
-        if !lvl.unsorted.get(slot) {
-            self.skip_head_garbage(level, slot);
-        } else if !lvl.scanned.get(slot) {
-            self.compact(level, slot);
-            self.levels[level].scanned.set(slot);
-        } else {
-            self.sort_slot(level, slot);
+        self.skip_head_garbage(table, slot)
+    }
+
+    /// In a sorted slot whose first item is live: that item's deadline is the slot's exact
+    /// minimum.
+    fn exact_head_min(&mut self, level: usize, slot: usize) {
+        let lvl = &mut self.levels[level];
+        let chain = &lvl.chains[slot];
+        let index = self.pool.item(chain.head, chain.start);
+        if let Entry::Occupied(timer) = &self.entries[index as usize] {
+            lvl.min[slot] = timer.deadline;
+            lvl.exact_at[slot] = self.cancels;
         }
     }
 
-    /// In a sorted slot, drops the garbage before the first live item, whose deadline is
-    /// then the slot's exact minimum.
+    /// Drops the garbage before the first live item of `slot` in `table`. Returns `false`
+    /// (and empties the slot) if there is none.
     #[cold]
-    fn skip_head_garbage(&mut self, level: usize, slot: usize) {
-        let lvl = &mut self.levels[level];
-        let chain = &mut lvl.chains[slot];
+    #[inline(never)]
+    fn skip_head_garbage(&mut self, table: usize, slot: usize) -> bool {
+        let chain = &mut self.levels[table].chains[slot];
         loop {
+            if chain.items == 0 {
+                self.empty_slot(table, slot);
+                return false;
+            }
             let (chunk, word) = (chain.head, chain.start);
             let index = self.pool.item(chunk, word);
-            if let Some(timer) = at(&self.entries, index, addr(chunk, word)) {
-                lvl.min[slot] = timer.deadline;
-                lvl.stale.clear(slot);
-                return;
+            if at(&self.entries, index, addr(chunk, word)).is_some() {
+                return true;
             }
+            self.pressure -= 2;
             chain.items -= 1;
             chain.start += 1;
-            if chain.start == WORDS {
-                debug_assert_ne!(
-                    chunk, chain.tail,
-                    "a slot with live timers ran out of items"
-                );
+            if chain.start == WORDS && chunk != chain.tail {
                 chain.head = self.pool.next(chunk);
                 chain.start = 1;
                 self.pool.free_one(chunk);
@@ -1274,9 +1319,10 @@ impl<T> Wheel<T> {
     }
 
     /// Drops the garbage of `slot` at `level`, keeping the order of its live items, frees
-    /// the chunks no longer needed, and makes the slot's minimum exact.
+    /// the chunks no longer needed, and makes the slot's minimum exact. Returns `false`
+    /// (and empties the slot) if no live item was left.
     #[cold]
-    fn compact(&mut self, level: usize, slot: usize) {
+    fn compact(&mut self, level: usize, slot: usize) -> bool {
         let chain = self.levels[level].chains[slot];
         let entries = &mut self.entries[..];
         let chunks = &mut self.pool.chunks[..];
@@ -1319,14 +1365,11 @@ impl<T> Wheel<T> {
             read_chunk = words[0];
             read_word = 1;
         }
-        debug_assert_eq!(kept, chain.live, "live count out of step");
+        self.pressure -= 2 * i64::from(chain.items - kept);
         if write_chunk != chain.tail {
             let first_spare = self.pool.next(write_chunk);
             self.pool.free_run(first_spare, chain.tail);
         }
-        // The level-1 slot of a moving window keeps its `min`: the window's exact minimum,
-        // over the timers already staged too (`compact_all` and `shrink_to_fit` reach it).
-        let moving = self.at_window(level, slot) && level != STAGE;
         let lvl = &mut self.levels[level];
         lvl.chains[slot] = Chain {
             tail: write_chunk,
@@ -1334,10 +1377,13 @@ impl<T> Wheel<T> {
             items: kept,
             ..chain
         };
-        if !moving {
-            lvl.min[slot] = min;
-            lvl.stale.clear(slot);
+        if kept == 0 {
+            self.empty_slot(level, slot);
+            return false;
         }
+        lvl.min[slot] = min;
+        lvl.exact_at[slot] = self.cancels;
+        true
     }
 
     /// Stable-sorts the live items of `slot` at `level` by deadline (dropping its garbage)
@@ -1345,8 +1391,10 @@ impl<T> Wheel<T> {
     /// [`reserve`](Self::reserve) and kept between calls, so a wheel with room for its
     /// timers does not allocate here either.
     #[cold]
-    fn sort_slot(&mut self, level: usize, slot: usize) {
-        self.compact(level, slot);
+    fn sort_slot(&mut self, level: usize, slot: usize) -> bool {
+        if !self.compact(level, slot) {
+            return false;
+        }
         let chain = self.levels[level].chains[slot];
         let mut scratch = mem::take(&mut self.scratch);
         scratch.clear();
@@ -1395,9 +1443,10 @@ impl<T> Wheel<T> {
         let lvl = &mut self.levels[level];
         lvl.min[slot] = min;
         lvl.last[slot] = max;
-        lvl.stale.clear(slot);
+        lvl.exact_at[slot] = self.cancels;
         lvl.unsorted.clear(slot);
         lvl.scanned.clear(slot);
+        true
     }
 
     /// Compacts every slot. Called when the pool may not grow: afterwards it holds only
@@ -1425,13 +1474,13 @@ impl<T> Wheel<T> {
             .levels
             .iter()
             .flat_map(|lvl| lvl.chains.iter())
-            .map(|chain| (chain.live as usize).div_ceil(ITEMS as usize))
+            .map(|chain| (chain.items as usize).div_ceil(ITEMS as usize))
             .sum();
         self.pool.chunks.reserve_exact(chunks);
         for level in 0..TABLES {
             for slot in 0..SLOTS {
                 let chain = self.levels[level].chains[slot];
-                if chain.live == 0 {
+                if chain.items == 0 {
                     continue;
                 }
                 let mut fresh = Chain::EMPTY;
@@ -1455,8 +1504,7 @@ impl<T> Wheel<T> {
                     chunk = old.next(chunk);
                     word = 1;
                 }
-                fresh.live = chain.live;
-                fresh.items = chain.live;
+                fresh.items = chain.items;
                 self.levels[level].chains[slot] = fresh;
             }
         }
@@ -1479,6 +1527,8 @@ impl<T> Wheel<T> {
         self.set_pre(0, false);
         self.nonempty = 0;
         self.horizon = Tick::MAX;
+        self.next = Tick::MAX;
+        self.pressure = NO_PRESSURE;
         self.free = NIL;
         self.len = 0;
     }

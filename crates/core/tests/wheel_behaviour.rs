@@ -541,3 +541,90 @@ fn prepare_changes_nothing_observable() {
     }
     assert!(moved_windows > 5, "only {moved_windows} windows prepared");
 }
+
+/// Cancels do not touch their slot (ADR 0013): slots whose timers were all cancelled stay
+/// occupied by garbage until they are reached, compacted round-robin, or found by the
+/// search for the next deadline. Checks `next_deadline` after every operation and the
+/// firing order against a model, with few live timers and much garbage (so the
+/// round-robin compaction runs on most inserts), at levels 0 to 3.
+#[test]
+fn garbage_only_slots_keep_next_deadline_exact() {
+    use std::collections::BTreeMap;
+
+    let mut wheel: Wheel<u64> = Wheel::starting_at(1_000);
+    let mut model: BTreeMap<(u64, u64), TimerKey> = BTreeMap::new();
+    let mut seq = 0u64;
+    let check = |wheel: &Wheel<u64>, model: &BTreeMap<(u64, u64), TimerKey>, what: &str| {
+        assert_eq!(
+            wheel.next_deadline(),
+            model.keys().next().map(|&(d, _)| d),
+            "{what}"
+        );
+        assert_eq!(wheel.len(), model.len(), "{what}");
+    };
+    for round in 0..40u64 {
+        let now = wheel.now();
+        // Crowd one slot per level, then cancel all of them but a few survivors.
+        let mut batch = Vec::new();
+        for (i, offset) in [5u64, 300, 70_000, 17_000_000].iter().enumerate() {
+            for j in 0..200u64 {
+                let deadline = now + offset + (j * 7919 + round) % 200;
+                let key = wheel.insert(deadline, seq);
+                model.insert((deadline, seq), key);
+                batch.push((deadline, seq, key, i, j));
+                seq += 1;
+            }
+        }
+        check(&wheel, &model, "after the batch");
+        for &(deadline, value, key, level, j) in &batch {
+            if j % 97 == 0 && level != round as usize % 4 {
+                continue; // a survivor (and one level keeps none: a garbage-only slot)
+            }
+            assert_eq!(wheel.remove(key), Some(value));
+            model.remove(&(deadline, value));
+            check(&wheel, &model, "after a cancel");
+        }
+        // Poll a stretch: garbage-only slots are reached and dropped on the way.
+        let until = now + 400 + round * 50_000;
+        while let Some((key, value)) = wheel.poll(until) {
+            let (&(deadline, v), &k) = model.iter().next().expect("fired from an empty model");
+            assert_eq!((k, v), (key, value), "round {round}");
+            assert!(deadline <= wheel.now());
+            model.remove(&(deadline, v));
+            check(&wheel, &model, "after a fire");
+        }
+        check(&wheel, &model, "after polling");
+    }
+    // Everything left fires, in order, none early.
+    while let Some((key, value)) = wheel.poll(u64::MAX) {
+        let (&(deadline, v), &k) = model.iter().next().expect("fired from an empty model");
+        assert_eq!((k, v), (key, value));
+        assert_eq!(wheel.now(), deadline);
+        model.remove(&(deadline, v));
+    }
+    assert!(model.is_empty() && wheel.is_empty());
+    assert_eq!(wheel.next_deadline(), None);
+}
+
+/// A window being pre-cascaded whose timers not moved yet are all cancelled (cancels do not
+/// finish the move any more, ADR 0013), then compacted away (`shrink_to_fit` compacts every
+/// slot): the timers already staged must still fire, in order.
+#[test]
+fn compacting_away_the_rest_of_a_moving_window_keeps_the_staged_timers() {
+    let mut wheel: Wheel<u64> = Wheel::new();
+    let keys: Vec<TimerKey> = (0..100u64).map(|i| wheel.insert(256 + i, i)).collect();
+    assert!(wheel.prepare(1), "one line moved, the window still moving");
+    // The earliest timers (filed first) are staged; cancel every other one.
+    for key in &keys[15..] {
+        assert!(wheel.remove(*key).is_some());
+    }
+    assert_eq!(wheel.next_deadline(), Some(256));
+    wheel.shrink_to_fit();
+    assert_eq!(wheel.next_deadline(), Some(256));
+    let mut fired = Vec::new();
+    while let Some((_, value)) = wheel.poll(10_000) {
+        fired.push(value);
+    }
+    assert_eq!(fired, (0..15).collect::<Vec<_>>());
+    assert!(wheel.is_empty());
+}

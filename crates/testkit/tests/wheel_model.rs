@@ -61,6 +61,33 @@ fn crowded_op_strategy() -> impl Strategy<Value = WheelOp> {
     ]
 }
 
+/// Cancel-heavy (ADR 0013: cancels leave their slot alone): timers spread over a few slots
+/// of levels 0-3 and mostly cancelled or reset again, so slots hold only garbage when they are
+/// reached, the earliest timer is often the one removed, and the round-robin compaction runs
+/// (garbage above 1.5 per live timer + 64) or `shrink_to_fit` compacts every slot, also
+/// while a window is being pre-cascaded.
+fn cancel_heavy_op_strategy() -> impl Strategy<Value = WheelOp> {
+    let pick = any::<usize>();
+    let near = prop_oneof![
+        0u64..300,
+        60_000u64..70_000,
+        16_000_000u64..16_100_000,
+        (0u64..4).prop_map(|d| 17_000_000 + d)
+    ];
+    prop_oneof![
+        12 => near.clone().prop_map(WheelOp::InsertIn),
+        10 => pick.prop_map(WheelOp::Remove),
+        3 => (pick, near).prop_map(|(p, d)| WheelOp::Reset(p, d)),
+        2 => (0u64..400).prop_map(WheelOp::Advance),
+        1 => (0u64..20_000_000).prop_map(WheelOp::Advance),
+        2 => (0u64..300, 0usize..20).prop_map(|(d, b)| WheelOp::PollBudgeted(d, b)),
+        2 => (0usize..20).prop_map(WheelOp::Prepare),
+        1 => (0u64..50).prop_map(WheelOp::PollOnce),
+        1 => Just(WheelOp::Shrink),
+        1 => Just(WheelOp::Check),
+    ]
+}
+
 fn start_strategy() -> impl Strategy<Value = u64> {
     prop_oneof![
         Just(0u64),
@@ -85,6 +112,16 @@ proptest! {
     /// removals and resets (inside and outside the window being cascaded) land in between.
     #[test]
     fn budgeted_polls_match_model(start in start_strategy(), ops in prop::collection::vec(crowded_op_strategy(), 100..500)) {
+        run_wheel_ops(start, &ops).map_err(TestCaseError::fail)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Mostly cancels (see `cancel_heavy_op_strategy`).
+    #[test]
+    fn cancel_heavy_ops_match_model(start in start_strategy(), ops in prop::collection::vec(cancel_heavy_op_strategy(), 200..700)) {
         run_wheel_ops(start, &ops).map_err(TestCaseError::fail)?;
     }
 }
