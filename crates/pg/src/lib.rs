@@ -130,6 +130,37 @@ pub struct PgStore {
     node_clock: NodeClock,
 }
 
+/// Drops `value` (connections) on a thread of its own and waits for it. The synchronous
+/// client's `Drop` runs its own runtime to say goodbye to the server, which panics on a thread
+/// that drives an async runtime; the last reference to a store or node may well go there (a
+/// server's `run` ends on one).
+pub(crate) fn drop_off_runtime<T: Send + 'static>(value: T) {
+    if let Ok(thread) = std::thread::Builder::new()
+        .name("tickwheel-pg-drop".into())
+        .spawn(move || drop(value))
+    {
+        let _ = thread.join();
+    }
+}
+
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        let commit = self
+            .commit
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let read = self
+            .read
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if commit.is_some() || read.is_some() {
+            drop_off_runtime((commit, read));
+        }
+    }
+}
+
 /// A node's clock, Unix ms.
 type NodeClock = Arc<dyn Fn() -> u64 + Send + Sync>;
 

@@ -132,6 +132,19 @@ impl std::fmt::Debug for Node {
     }
 }
 
+impl Drop for Node {
+    fn drop(&mut self) {
+        let clients: Vec<Client> = self
+            .clients
+            .iter_mut()
+            .filter_map(|slot| slot.get_mut().unwrap_or_else(|p| p.into_inner()).take())
+            .collect();
+        if !clients.is_empty() {
+            crate::drop_off_runtime(clients);
+        }
+    }
+}
+
 struct NodeSql {
     claim: String,
     delete: String,

@@ -155,9 +155,11 @@ impl Adopted {
 }
 
 /// The node's watcher thread: holds the active lock, listens for SQL puts and deletes, polls
-/// as a fallback. Stops when dropped (within [`POLL`]).
+/// as a fallback. [`Watcher::stop`] ends it and waits for it; dropped, it is told to stop and
+/// ends by itself (within [`POLL`]).
 pub(crate) struct Watcher {
     stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Drop for Watcher {
@@ -180,10 +182,29 @@ impl Watcher {
     ) -> std::io::Result<Watcher> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("tickwheel-pg-watch".into())
             .spawn(move || watch(&shared, &store, lock, Adopted::new(adopted), &flag))?;
-        Ok(Watcher { stop })
+        Ok(Watcher {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the thread and waits until it has ended (within [`POLL`] and a round trip): the
+    /// active lock's session is closed when this returns, so a standby may take over, and
+    /// nothing of this node touches the database any more (the server's `run` returns only
+    /// after this).
+    pub(crate) async fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            if !matches!(
+                tokio::task::spawn_blocking(move || thread.join()).await,
+                Ok(Ok(()))
+            ) {
+                tracing::error!("the PostgreSQL watcher thread panicked");
+            }
+        }
     }
 }
 
@@ -238,6 +259,11 @@ fn watch(
             .as_mut()
             .is_some_and(|l| !l.still_held(Duration::from_secs(10)))
         {
+            if stop.load(Ordering::Relaxed) {
+                // Shutting down: the server stopped serving before it asked this thread to
+                // stop, so a standby taking over now is the hand-over, not a split.
+                break;
+            }
             tracing::error!(
                 "lost the connection holding this node's active lock: another node may take \
                  over, so this one stops now (everything acknowledged is committed)"
