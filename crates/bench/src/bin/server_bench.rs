@@ -139,6 +139,10 @@ enum Target {
     TwPgAa2,
     /// 3 active-active nodes on one fresh database (as tw-pg-aa2).
     TwPgAa3,
+    /// The `--baseline` build as tw-pg-aa1 (before/after of the active-active mode in one run).
+    TwBasePgAa1,
+    /// The `--baseline` build as tw-pg-aa3.
+    TwBasePgAa3,
 }
 
 impl Target {
@@ -158,6 +162,8 @@ impl Target {
             Target::TwPgAa1 => "tickwheel pg active-active, 1 node",
             Target::TwPgAa2 => "tickwheel pg active-active, 2 nodes",
             Target::TwPgAa3 => "tickwheel pg active-active, 3 nodes",
+            Target::TwBasePgAa1 => "baseline pg active-active, 1 node",
+            Target::TwBasePgAa3 => "baseline pg active-active, 3 nodes",
         }
     }
 
@@ -165,7 +171,7 @@ impl Target {
     fn nodes(self) -> usize {
         match self {
             Target::TwPgAa2 => 2,
-            Target::TwPgAa3 => 3,
+            Target::TwPgAa3 | Target::TwBasePgAa3 => 3,
             _ => 1,
         }
     }
@@ -183,6 +189,8 @@ impl Target {
                 | Target::TwPgAa1
                 | Target::TwPgAa2
                 | Target::TwPgAa3
+                | Target::TwBasePgAa1
+                | Target::TwBasePgAa3
         )
     }
 }
@@ -210,7 +218,9 @@ impl Server {
             | Target::TwBasePg
             | Target::TwPgAa1
             | Target::TwPgAa2
-            | Target::TwPgAa3 => pg_database()?,
+            | Target::TwPgAa3
+            | Target::TwBasePgAa1
+            | Target::TwBasePgAa3 => pg_database()?,
             _ => String::new(),
         };
         let mut server = Server::start_one(cli, target, dir, port, &pg_url).await?;
@@ -259,6 +269,12 @@ impl Server {
             ),
             Target::TwPgAa1 | Target::TwPgAa2 | Target::TwPgAa3 => (
                 tickwheel_path(cli)?,
+                vec!["--postgres", pg_url, "--postgres-mode", "active-active"],
+            ),
+            Target::TwBasePgAa1 | Target::TwBasePgAa3 => (
+                cli.baseline
+                    .clone()
+                    .ok_or_else(|| anyhow!("target tw-base-pg-aa* needs --baseline PATH"))?,
                 vec!["--postgres", pg_url, "--postgres-mode", "active-active"],
             ),
         };

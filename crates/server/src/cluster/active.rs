@@ -195,3 +195,119 @@ pub(crate) async fn disconnected(active: &Arc<Active>, client: ClientId) {
         tracing::warn!(%error, "cannot release a closed connection's jobs (their leases end them)");
     }
 }
+
+/// How long a node leaves a job another node made ready (put, released, kicked; or due, for a
+/// delayed one) to that node before adopting it itself: the owner's reservers take their own
+/// jobs without racing the others for the same row, and another node steps in only for jobs
+/// the owner has not claimed by then (busy or dead). Also the extra delay, at most, before a
+/// job of a dead node's id block is served elsewhere.
+pub(crate) const AFFINITY: Duration = Duration::from_millis(25);
+
+/// Jobs of other nodes this node will look at later ([`AFFINITY`]): ids by the node-clock time
+/// (Unix ms) from which to read and adopt them if they are still free.
+#[derive(Debug, Default)]
+pub(crate) struct Deferred {
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(u64, JobId)>>,
+}
+
+impl Deferred {
+    /// Looks at `id` again from `at_ms`.
+    pub(crate) fn push(&mut self, at_ms: u64, id: JobId) {
+        self.heap.push(std::cmp::Reverse((at_ms, id)));
+    }
+
+    /// The ids whose time has come by `now_ms` (earliest first, each once), at most `limit`.
+    pub(crate) fn due(&mut self, now_ms: u64, limit: usize) -> Vec<JobId> {
+        let mut out = Vec::new();
+        while out.len() < limit {
+            match self.heap.peek() {
+                Some(std::cmp::Reverse((at, _))) if *at <= now_ms => {
+                    if let Some(std::cmp::Reverse((_, id))) = self.heap.pop() {
+                        out.push(id);
+                    }
+                }
+                _ => break,
+            }
+        }
+        out
+    }
+
+    /// How long from `now_ms` until the next id's time (`None`: nothing deferred).
+    pub(crate) fn next_in(&self, now_ms: u64) -> Option<Duration> {
+        self.heap
+            .peek()
+            .map(|std::cmp::Reverse((at, _))| Duration::from_millis(at.saturating_sub(now_ms)))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.heap.len()
+    }
+}
+
+/// Whether this node adopts `id` as soon as it is announced: its own jobs (its id block; its
+/// engine has them already, unless a restart or lease sweep brought them back) and jobs put by
+/// SQL (no owner). Every other node's jobs wait [`AFFINITY`].
+pub(crate) fn owns(active: &Active, id: JobId) -> bool {
+    active.node.ids().contains(&id) || id >= tickwheel_queue::FOREIGN_ID_BASE
+}
+
+/// Adopts announced or deferred `records` (read just now, free of live leases): ready ones
+/// this node owns, or whose [`AFFINITY`] time has passed (`deferred_now` true), at once;
+/// delayed ones (the owner's wheel fires them) are deferred to their due time plus
+/// [`AFFINITY`] unless this node owns them.
+pub(crate) fn adopt_with_affinity(
+    shared: &Shared,
+    active: &Active,
+    records: Vec<tickwheel_queue::JobRecord>,
+    deferred: &mut Deferred,
+    now_ms: u64,
+    deferred_now: bool,
+) {
+    let affinity = u64::try_from(AFFINITY.as_millis()).unwrap_or(u64::MAX);
+    let mut now = Vec::new();
+    for record in records {
+        let mine = owns(active, record.id);
+        match record.state {
+            tickwheel_queue::DurableState::Delayed { until } if !mine && until > now_ms => {
+                deferred.push(until.saturating_add(affinity), record.id);
+            }
+            _ if mine || deferred_now => now.push(record),
+            _ => deferred.push(now_ms.saturating_add(affinity), record.id),
+        }
+    }
+    adopt_fresh(shared, now);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Deferred;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Against a model (a sorted list): `due` hands out exactly the entries whose time has
+        /// come, earliest first, each once; `next_in` is the wait for the earliest left.
+        #[test]
+        fn deferred_matches_a_sorted_list(
+            ops in proptest::collection::vec((any::<bool>(), 0u64..1000, 0u64..50, 1usize..8), 1..200)
+        ) {
+            let mut d = Deferred::default();
+            let mut model: Vec<(u64, u64)> = Vec::new();
+            for (is_push, at, id, limit) in ops {
+                if is_push {
+                    d.push(at, id);
+                    model.push((at, id));
+                } else {
+                    model.sort_unstable();
+                    let n = model.iter().take_while(|(t, _)| *t <= at).count().min(limit);
+                    let want: Vec<u64> = model.drain(..n).map(|(_, id)| id).collect();
+                    prop_assert_eq!(d.due(at, limit), want);
+                    model.sort_unstable();
+                    let next = model.first().map(|(t, _)| std::time::Duration::from_millis(t.saturating_sub(at)));
+                    prop_assert_eq!(d.next_in(at), next);
+                }
+                prop_assert_eq!(d.len(), model.len());
+            }
+        }
+    }
+}

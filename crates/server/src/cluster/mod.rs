@@ -220,6 +220,12 @@ fn listen(store: &PgStore) -> Result<Client, postgres::Error> {
     Ok(client)
 }
 
+/// The system clock in Unix ms (the database's due times are compared with it only to
+/// schedule a look; claims decide by the database clock).
+fn unix_ms() -> u64 {
+    crate::shared::wall_millis(std::time::SystemTime::now()).0
+}
+
 /// How often an active-active node sweeps lapsed leases back to ready (any node's): the bound
 /// on how late after its lease ends a dead node's reserved job is offered again.
 pub(crate) const SWEEP: Duration = Duration::from_millis(200);
@@ -239,6 +245,8 @@ fn watch(
     let mut rounds: u64 = 0;
     let mut swept = std::time::Instant::now();
     let mut polled = std::time::Instant::now();
+    // Active-active: other nodes' jobs, looked at after active::AFFINITY.
+    let mut deferred = active::Deferred::default();
     while !stop.load(Ordering::Relaxed) {
         if let Some(active) = active.as_ref().filter(|_| swept.elapsed() >= SWEEP) {
             swept = std::time::Instant::now();
@@ -284,6 +292,10 @@ fn watch(
         let mut ready: Vec<JobId> = Vec::new();
         if let Some(client) = listener.as_mut() {
             let mut notes = client.notifications();
+            // Wake for the next deferred job, too.
+            let wait = deferred
+                .next_in(unix_ms())
+                .map_or(wait, |next| next.clamp(Duration::from_millis(1), wait));
             let mut it = notes.timeout_iter(wait);
             // Active-active: hand what arrived to the engine (and sweep) at least every 20 ms
             // while notifications keep coming, every SWEEP when none do.
@@ -328,15 +340,46 @@ fn watch(
         } else {
             std::thread::sleep(wait);
         }
-        if active.is_some() && !ready.is_empty() {
+        if let Some(active) = active.as_ref() {
+            let now = unix_ms();
+            // Other nodes' jobs whose affinity time has passed: whatever of them is still
+            // free (not deleted or claimed by their owner meanwhile) is adopted now.
+            let due = deferred.due(now, 3000);
+            let affinity = u64::try_from(active::AFFINITY.as_millis()).unwrap_or(0);
             ready.sort_unstable();
             ready.dedup();
             // Jobs the engine has already (this node's own puts, above all) are not read
             // again: a stale state there is settled by the claim, which says why it lost.
             shared.read(|engine| ready.retain(|id| engine.job_state(*id).is_none()));
-            match store.get_free(&ready) {
-                Ok(records) => active::adopt_fresh(shared, records),
-                Err(error) => tracing::warn!(%error, "cannot read jobs other nodes made ready"),
+            // This node's own jobs now; every other node's after the affinity time.
+            ready.retain(|id| {
+                let mine = active::owns(active, *id);
+                if !mine {
+                    deferred.push(now + affinity, *id);
+                }
+                mine
+            });
+            for (ids, later) in [(ready, false), (due, true)] {
+                let mut ids = ids;
+                if later {
+                    shared.read(|engine| ids.retain(|id| engine.job_state(*id).is_none()));
+                }
+                if ids.is_empty() {
+                    continue;
+                }
+                match store.get_free(&ids) {
+                    Ok(records) => active::adopt_with_affinity(
+                        shared,
+                        active,
+                        records,
+                        &mut deferred,
+                        now,
+                        later,
+                    ),
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot read jobs other nodes made ready");
+                    }
+                }
             }
         }
         if !deletes.is_empty() {
