@@ -246,10 +246,8 @@ impl Server {
         let postgres = Some((opened.store.clone(), opened.lock, adopted));
         let server = Server::assemble(config, engine, store, recovered_jobs, started, postgres)?;
         if let Some(node) = opened.node {
-            let active = cluster::active::Active {
-                node,
-                store: opened.store,
-            };
+            let active = cluster::active::Active::new(node, opened.store)
+                .context("cannot start the node's batching threads")?;
             let _ = server.shared.active.set(Arc::new(active));
         }
         Ok(server)

@@ -29,8 +29,135 @@ use crate::shared::Shared;
 /// What a node serving beside others needs at hand: its registration (claims, holder-checked
 /// commands) and the store (to read jobs it adopts).
 pub(crate) struct Active {
-    pub(crate) node: Node,
+    pub(crate) node: Arc<Node>,
     pub(crate) store: Arc<PgStore>,
+    /// Claims and deletes of all of this node's clients, batched ([`Batcher`]).
+    batch: Batcher,
+}
+
+impl Active {
+    /// The node's state, with its batching threads started.
+    ///
+    /// # Errors
+    ///
+    /// The OS refused to start a thread.
+    pub(crate) fn new(node: Node, store: Arc<PgStore>) -> std::io::Result<Active> {
+        let node = Arc::new(node);
+        Ok(Active {
+            batch: Batcher::start(&node)?,
+            node,
+            store,
+        })
+    }
+}
+
+/// One client's request to a [`Batcher`] thread and where its answer goes.
+type Request<T> = (
+    (JobId, i64),
+    tokio::sync::oneshot::Sender<Result<T, String>>,
+);
+
+/// One statement for a batch of `(job, holder)` requests: an answer per request, in order.
+type BatchFn<T> = fn(&Node, &[(JobId, i64)]) -> Result<Vec<T>, String>;
+
+/// What one claim came to: won, or lost and why (at the database time of the claim).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ClaimOutcome {
+    won: bool,
+    lost: Option<Lost>,
+    at_ms: u64,
+}
+
+/// Claims and holder-checked deletes from all of a node's clients, gathered into one
+/// statement per round trip: each of [`Batcher::THREADS`] threads per kind takes every request
+/// queued while the previous statement ran (up to [`Batcher::MAX`]), so many reservers and
+/// deleters share a round trip and a node connection instead of each waiting for one of
+/// their own. Threads end when the node's state is dropped.
+struct Batcher {
+    claims: std::sync::mpsc::Sender<Request<ClaimOutcome>>,
+    deletes: std::sync::mpsc::Sender<Request<bool>>,
+}
+
+impl Batcher {
+    /// Statements in flight per kind (the node has [`tickwheel_pg::NODE_CONNECTIONS`]).
+    const THREADS: usize = 3;
+    /// Requests per statement at most.
+    const MAX: usize = 256;
+
+    fn start(node: &Arc<Node>) -> std::io::Result<Batcher> {
+        let claims = Self::spawn("tickwheel-pg-claim", node, |node, wanted| {
+            let claims = node.claim(wanted).map_err(|e| e.to_string())?;
+            Ok(wanted
+                .iter()
+                .map(|(id, holder)| ClaimOutcome {
+                    won: claims
+                        .won
+                        .iter()
+                        .any(|c| c.id == *id && c.holder == *holder),
+                    lost: claims
+                        .lost
+                        .iter()
+                        .find(|(lost, _)| lost == id)
+                        .map(|(_, why)| *why),
+                    at_ms: claims.at_ms,
+                })
+                .collect())
+        })?;
+        let deletes = Self::spawn("tickwheel-pg-delete", node, |node, wanted| {
+            node.delete_many(wanted).map_err(|e| e.to_string())
+        })?;
+        Ok(Batcher { claims, deletes })
+    }
+
+    fn spawn<T: Send + 'static>(
+        name: &str,
+        node: &Arc<Node>,
+        run: BatchFn<T>,
+    ) -> std::io::Result<std::sync::mpsc::Sender<Request<T>>> {
+        let (tx, rx) = std::sync::mpsc::channel::<Request<T>>();
+        let rx = Arc::new(std::sync::Mutex::new(rx));
+        for _ in 0..Self::THREADS {
+            let (rx, node) = (rx.clone(), node.clone());
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || loop {
+                    let batch: Vec<Request<T>> = {
+                        let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
+                        let Ok(first) = rx.recv() else { return };
+                        std::iter::once(first)
+                            .chain(std::iter::from_fn(|| rx.try_recv().ok()))
+                            .take(Self::MAX)
+                            .collect()
+                    };
+                    let wanted: Vec<(JobId, i64)> = batch.iter().map(|(w, _)| *w).collect();
+                    match run(&node, &wanted) {
+                        Ok(outcomes) => {
+                            for ((_, reply), outcome) in batch.into_iter().zip(outcomes) {
+                                let _ = reply.send(Ok(outcome));
+                            }
+                        }
+                        Err(error) => {
+                            for (_, reply) in batch {
+                                let _ = reply.send(Err(error.clone()));
+                            }
+                        }
+                    }
+                })?;
+        }
+        Ok(tx)
+    }
+
+    async fn ask<T>(
+        queue: &std::sync::mpsc::Sender<Request<T>>,
+        wanted: (JobId, i64),
+    ) -> Result<T, String> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        queue
+            .send((wanted, tx))
+            .map_err(|_| "the node's batching threads ended".to_owned())?;
+        rx.await
+            .map_err(|_| "a batching thread dropped the request".to_owned())?
+    }
 }
 
 impl Active {
@@ -55,10 +182,9 @@ pub(crate) async fn claim(
     client: ClientId,
     id: JobId,
 ) -> Option<bool> {
-    let a = active.clone();
     let holder = active.holder(client);
-    let claims = match blocking(move || a.node.claim(&[(id, holder)])).await? {
-        Ok(claims) => claims,
+    let claim = match Batcher::ask(&active.batch.claims, (id, holder)).await {
+        Ok(claim) => claim,
         Err(error) => {
             tracing::warn!(%error, id, "cannot claim a job in PostgreSQL");
             shared.apply(|engine| engine.drop_cached(id));
@@ -71,16 +197,14 @@ pub(crate) async fn claim(
             return None;
         }
     };
-    if claims.won.iter().any(|c| c.id == id) {
+    if claim.won {
         return Some(true);
     }
     shared.apply(|engine| engine.drop_cached(id));
     // Gone, held or buried elsewhere: it comes back announced if it is ever ready again. Not
     // due yet by the database clock, or paused: adopted again then.
-    if let Some(Lost::NotDue { until_ms } | Lost::Paused { until_ms }) =
-        claims.lost.first().map(|(_, why)| *why)
-    {
-        let wait = Duration::from_millis(until_ms.saturating_sub(claims.at_ms));
+    if let Some(Lost::NotDue { until_ms } | Lost::Paused { until_ms }) = claim.lost {
+        let wait = Duration::from_millis(until_ms.saturating_sub(claim.at_ms));
         readopt_later(shared.clone(), active.clone(), id, wait);
     }
     Some(false)
@@ -126,6 +250,18 @@ pub(crate) async fn run_checked(
     command: &Command,
 ) -> Option<Reply> {
     let holder = active.holder(client);
+    if let Command::Delete(id) = command {
+        return Some(
+            match Batcher::ask(&active.batch.deletes, (*id, holder)).await {
+                Ok(true) => Reply::Deleted,
+                Ok(false) => Reply::NotFound,
+                Err(error) => {
+                    tracing::warn!(%error, "a holder-checked delete failed in PostgreSQL");
+                    Reply::InternalError
+                }
+            },
+        );
+    }
     let a = active.clone();
     let command = command.clone();
     let outcome = blocking(move || -> Option<Result<Reply, tickwheel_pg::PgError>> {
