@@ -610,6 +610,25 @@ impl PgStore {
         rows.iter().map(|r| self.decode(r)).collect()
     }
 
+    /// The ids of every job no client holds under a live lease, in id order: what a node
+    /// reads again after its `LISTEN` connection broke (announcements sent meanwhile are lost).
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn free_ids(&self) -> Result<Vec<JobId>, StoreError> {
+        let s = self.options.schema.as_str();
+        let sql = format!(
+            "SELECT id FROM {s}.jobs
+             WHERE NOT (state = 3 AND lease_until_ms > {s}.now_ms()) ORDER BY id"
+        );
+        let rows = self.read_with(|c| c.query(&sql, &[]))?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| u64::try_from(r.get::<_, i64>(0)).ok())
+            .collect())
+    }
+
     /// Which of `ids` have a row (the rest were deleted).
     ///
     /// # Errors

@@ -208,9 +208,15 @@ impl Watcher {
     }
 }
 
-fn listen(store: &PgStore) -> Result<Client, postgres::Error> {
+/// The `LISTEN` connection; `node`: an active-active node's id, shown as the connection's
+/// `application_name` (`tickwheel-listen-<node>`), which an operator (or a test) can look up in
+/// `pg_stat_activity`.
+fn listen(store: &PgStore, node: Option<i64>) -> Result<Client, postgres::Error> {
     let options = store.options();
     let mut client = Client::connect(&options.url, NoTls)?;
+    if let Some(node) = node {
+        client.batch_execute(&format!("SET application_name = 'tickwheel-listen-{node}'"))?;
+    }
     client.batch_execute(&format!(
         "LISTEN {}; LISTEN {}; LISTEN {}",
         options.schema.put_channel(),
@@ -218,6 +224,40 @@ fn listen(store: &PgStore) -> Result<Client, postgres::Error> {
         options.schema.ready_channel()
     ))?;
     Ok(client)
+}
+
+/// After the `LISTEN` connection broke (active-active): adopts every free job the engine lacks,
+/// as if it had just been announced (this node's own at once, others' after the affinity
+/// time, if still free then).
+fn resync(
+    shared: &Shared,
+    store: &PgStore,
+    active: &active::Active,
+    deferred: &mut active::Deferred,
+) {
+    let mut ids = match store.free_ids() {
+        Ok(ids) => ids,
+        Err(error) => {
+            tracing::warn!(%error, "cannot re-read the jobs after the LISTEN connection broke");
+            return;
+        }
+    };
+    shared.read(|engine| ids.retain(|id| engine.job_state(*id).is_none()));
+    tracing::info!(
+        missing = ids.len(),
+        "listening again after the LISTEN connection broke: adopting the jobs missed meanwhile"
+    );
+    let now = unix_ms();
+    for chunk in ids.chunks(1000) {
+        match store.get_free(chunk) {
+            Ok(records) => {
+                active::adopt_with_affinity(shared, active, records, deferred, now, false);
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot re-read the jobs after the LISTEN connection broke");
+            }
+        }
+    }
 }
 
 /// The system clock in Unix ms (the database's due times are compared with it only to
@@ -247,6 +287,8 @@ fn watch(
     let mut polled = std::time::Instant::now();
     // Active-active: other nodes' jobs, looked at after active::AFFINITY.
     let mut deferred = active::Deferred::default();
+    // A LISTEN connection was up before: announcements may have been lost since it broke.
+    let mut listened = false;
     while !stop.load(Ordering::Relaxed) {
         if let Some(active) = active.as_ref().filter(|_| swept.elapsed() >= SWEEP) {
             swept = std::time::Instant::now();
@@ -279,8 +321,16 @@ fn watch(
             std::process::exit(LOST_LOCK_EXIT);
         }
         if listener.as_ref().is_none_or(Client::is_closed) {
-            listener = match listen(store) {
-                Ok(c) => Some(c),
+            listener = match listen(store, active.as_ref().map(|a| a.node.id())) {
+                Ok(c) => {
+                    if let Some(active) = active.as_ref().filter(|_| listened) {
+                        // Listening again (before the read, so nothing falls between):
+                        // whatever other nodes announced meanwhile is read from the table.
+                        resync(shared, store, active, &mut deferred);
+                    }
+                    listened = true;
+                    Some(c)
+                }
                 Err(error) => {
                     tracing::warn!(%error, "cannot LISTEN for SQL puts; polling meanwhile");
                     None
