@@ -134,8 +134,8 @@ enum Target {
     TwBasePg,
     /// 1 node of tickwheel-server --postgres URL --postgres-mode active-active.
     TwPgAa1,
-    /// 2 active-active nodes on one fresh database; the throughput workload spreads the
-    /// connections over them (other workloads use the first node).
+    /// 2 active-active nodes on one fresh database; the throughput and lateness workloads
+    /// spread the connections over them (other workloads use the first node).
     TwPgAa2,
     /// 3 active-active nodes on one fresh database (as tw-pg-aa2).
     TwPgAa3,
@@ -733,19 +733,20 @@ fn ms(t0: Instant) -> f64 {
 
 async fn lateness_once(cli: &Cli, t: Target) -> anyhow::Result<LateResult> {
     let server = Server::start(cli, t).await?;
-    let addr = server.addr;
     let total = cli.rate * cli.put_secs as usize;
     // Per job: (put sent ms, put acked ms, delay ms); NaN until known.
     let sent = Arc::new(Mutex::new(vec![(f64::NAN, f64::NAN, 0.0); total]));
     let received = Arc::new(Mutex::new(Vec::<(usize, f64)>::with_capacity(total)));
     let got = Arc::new(AtomicUsize::new(0));
+    // Multi-node targets: producers and workers round-robin over the nodes.
+    let nodes = server.addrs.clone();
     let mut prods = Vec::new();
-    for _ in 0..cli.producers {
-        prods.push(Conn::connect(addr).await?);
+    for i in 0..cli.producers {
+        prods.push(Conn::connect(nodes[i % nodes.len()]).await?);
     }
     let mut works = Vec::new();
-    for _ in 0..cli.workers {
-        let mut c = Conn::connect(addr).await?;
+    for i in 0..cli.workers {
+        let mut c = Conn::connect(nodes[i % nodes.len()]).await?;
         c.simple("watch default\r\n").await?;
         works.push(c);
     }

@@ -266,6 +266,9 @@ fn unix_ms() -> u64 {
     crate::shared::wall_millis(std::time::SystemTime::now()).0
 }
 
+/// The longest the watcher waits without looking at its stop flag.
+const SLICE: Duration = Duration::from_millis(50);
+
 /// How often an active-active node sweeps lapsed leases back to ready (any node's): the bound
 /// on how late after its lease ends a dead node's reserved job is offered again.
 pub(crate) const SWEEP: Duration = Duration::from_millis(200);
@@ -346,12 +349,16 @@ fn watch(
             let wait = deferred
                 .next_in(unix_ms())
                 .map_or(wait, |next| next.clamp(Duration::from_millis(1), wait));
-            let mut it = notes.timeout_iter(wait);
+            // Waits in slices, so a stop is seen within one (a server's `run` waits for this
+            // thread) and a quiet slice hands over what arrived.
+            let mut it = notes.timeout_iter(wait.min(SLICE));
             // Active-active: hand what arrived to the engine (and sweep) at least every 20 ms
             // while notifications keep coming, every SWEEP when none do.
             let collecting = std::time::Instant::now();
             loop {
-                if active.is_some() && collecting.elapsed() >= Duration::from_millis(20) {
+                if stop.load(Ordering::Relaxed)
+                    || (active.is_some() && collecting.elapsed() >= Duration::from_millis(20))
+                {
                     break;
                 }
                 match it.next() {
@@ -380,7 +387,12 @@ fn watch(
                             break;
                         }
                     }
-                    Ok(None) => break,
+                    Ok(None) => {
+                        let got = !(puts.is_empty() && deletes.is_empty() && ready.is_empty());
+                        if got || collecting.elapsed() >= wait {
+                            break;
+                        }
+                    }
                     Err(error) => {
                         tracing::warn!(%error, "the LISTEN connection broke; reconnecting");
                         break;
@@ -388,7 +400,10 @@ fn watch(
                 }
             }
         } else {
-            std::thread::sleep(wait);
+            let sleeping = std::time::Instant::now();
+            while !stop.load(Ordering::Relaxed) && sleeping.elapsed() < wait {
+                std::thread::sleep(wait.min(SLICE));
+            }
         }
         if let Some(active) = active.as_ref() {
             let now = unix_ms();
