@@ -418,13 +418,20 @@ impl Node {
         Ok(guard)
     }
 
-    fn with<T>(
-        &self,
-        f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
-    ) -> Result<T, PgError> {
+    /// Runs one statement on a node connection. Each is a transaction of its own, so one
+    /// chosen as a deadlock victim changed nothing and is run again (up to 3 times).
+    fn with<T>(&self, f: impl Fn(&mut Client) -> Result<T, postgres::Error>) -> Result<T, PgError> {
         let mut guard = self.connection()?;
         let client = guard.as_mut().expect("connection() fills the slot");
-        let r = f(client);
+        let mut r = f(client);
+        for _ in 0..2 {
+            match &r {
+                Err(e) if e.code() == Some(&postgres::error::SqlState::T_R_DEADLOCK_DETECTED) => {
+                    r = f(client);
+                }
+                _ => break,
+            }
+        }
         if r.is_err() && client.is_closed() {
             *guard = None;
         }

@@ -121,7 +121,7 @@ impl Batcher {
             std::thread::Builder::new()
                 .name(name.into())
                 .spawn(move || loop {
-                    let batch: Vec<Request<T>> = {
+                    let mut batch: Vec<Request<T>> = {
                         let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
                         let Ok(first) = rx.recv() else { return };
                         std::iter::once(first)
@@ -129,6 +129,10 @@ impl Batcher {
                             .take(Self::MAX)
                             .collect()
                     };
+                    // Rows are locked in id order by every batch (and by the group commit,
+                    // which writes in id order too): two statements locking the same rows
+                    // cannot deadlock.
+                    batch.sort_by_key(|((id, _), _)| *id);
                     let wanted: Vec<(JobId, i64)> = batch.iter().map(|(w, _)| *w).collect();
                     match run(&node, &wanted) {
                         Ok(outcomes) => {
