@@ -130,6 +130,37 @@ pub struct PgStore {
     node_clock: NodeClock,
 }
 
+/// Drops `value` (connections) on a thread of its own and waits for it. The synchronous
+/// client's `Drop` runs its own runtime to say goodbye to the server, which panics on a thread
+/// that drives an async runtime; the last reference to a store or node may well go there (a
+/// server's `run` ends on one).
+pub(crate) fn drop_off_runtime<T: Send + 'static>(value: T) {
+    if let Ok(thread) = std::thread::Builder::new()
+        .name("tickwheel-pg-drop".into())
+        .spawn(move || drop(value))
+    {
+        let _ = thread.join();
+    }
+}
+
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        let commit = self
+            .commit
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let read = self
+            .read
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if commit.is_some() || read.is_some() {
+            drop_off_runtime((commit, read));
+        }
+    }
+}
+
 /// A node's clock, Unix ms.
 type NodeClock = Arc<dyn Fn() -> u64 + Send + Sync>;
 
@@ -577,6 +608,25 @@ impl PgStore {
         let ids: Vec<i64> = ids.iter().map(|id| big(*id)).collect();
         let rows = self.read_with(|c| c.query(&sql, &[&ids]))?;
         rows.iter().map(|r| self.decode(r)).collect()
+    }
+
+    /// The ids of every job no client holds under a live lease, in id order: what a node
+    /// reads again after its `LISTEN` connection broke (announcements sent meanwhile are lost).
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn free_ids(&self) -> Result<Vec<JobId>, StoreError> {
+        let s = self.options.schema.as_str();
+        let sql = format!(
+            "SELECT id FROM {s}.jobs
+             WHERE NOT (state = 3 AND lease_until_ms > {s}.now_ms()) ORDER BY id"
+        );
+        let rows = self.read_with(|c| c.query(&sql, &[]))?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| u64::try_from(r.get::<_, i64>(0)).ok())
+            .collect())
     }
 
     /// Which of `ids` have a row (the rest were deleted).

@@ -15,7 +15,16 @@ use crate::{PgError, PgOptions};
 /// ([`ActiveLock::still_held`]) and stop serving once it is lost, or a standby could become
 /// active beside it.
 pub struct ActiveLock {
-    client: Client,
+    /// Always `Some` until dropped (taken there to close it off any async runtime).
+    client: Option<Client>,
+}
+
+impl Drop for ActiveLock {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            crate::drop_off_runtime(client);
+        }
+    }
 }
 
 impl std::fmt::Debug for ActiveLock {
@@ -41,11 +50,15 @@ impl ActiveLock {
             on_wait();
             client.execute("SELECT pg_advisory_lock($1)", &[&key])?;
         }
-        Ok(ActiveLock { client })
+        Ok(ActiveLock {
+            client: Some(client),
+        })
     }
 
     /// Whether the lock's session is still alive (one round trip, at most `timeout`).
     pub fn still_held(&mut self, timeout: Duration) -> bool {
-        self.client.is_valid(timeout).is_ok()
+        self.client
+            .as_mut()
+            .is_some_and(|c| c.is_valid(timeout).is_ok())
     }
 }

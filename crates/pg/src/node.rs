@@ -132,9 +132,23 @@ impl std::fmt::Debug for Node {
     }
 }
 
+impl Drop for Node {
+    fn drop(&mut self) {
+        let clients: Vec<Client> = self
+            .clients
+            .iter_mut()
+            .filter_map(|slot| slot.get_mut().unwrap_or_else(|p| p.into_inner()).take())
+            .collect();
+        if !clients.is_empty() {
+            crate::drop_off_runtime(clients);
+        }
+    }
+}
+
 struct NodeSql {
     claim: String,
     delete: String,
+    delete_many: String,
     release: String,
     bury: String,
     release_all: String,
@@ -198,6 +212,14 @@ impl NodeSql {
                 "DELETE FROM {s}.jobs j WHERE j.id = $1
                    AND NOT (j.state = 3 AND j.holder <> $2 AND j.lease_until_ms > {s}.now_ms())
                  RETURNING j.id"
+            ),
+            // The same for many (id, holder) pairs in one round trip.
+            delete_many: format!(
+                "WITH c AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS c(id, holder))
+                 DELETE FROM {s}.jobs j USING c WHERE j.id = c.id
+                   AND NOT (j.state = 3 AND j.holder <> c.holder
+                            AND j.lease_until_ms > {s}.now_ms())
+                 RETURNING j.id, c.holder"
             ),
             release: format!(
                 "WITH r AS (
@@ -396,13 +418,20 @@ impl Node {
         Ok(guard)
     }
 
-    fn with<T>(
-        &self,
-        f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
-    ) -> Result<T, PgError> {
+    /// Runs one statement on a node connection. Each is a transaction of its own, so one
+    /// chosen as a deadlock victim changed nothing and is run again (up to 3 times).
+    fn with<T>(&self, f: impl Fn(&mut Client) -> Result<T, postgres::Error>) -> Result<T, PgError> {
         let mut guard = self.connection()?;
         let client = guard.as_mut().expect("connection() fills the slot");
-        let r = f(client);
+        let mut r = f(client);
+        for _ in 0..2 {
+            match &r {
+                Err(e) if e.code() == Some(&postgres::error::SqlState::T_R_DEADLOCK_DETECTED) => {
+                    r = f(client);
+                }
+                _ => break,
+            }
+        }
         if r.is_err() && client.is_closed() {
             *guard = None;
         }
@@ -469,6 +498,27 @@ impl Node {
     pub fn delete(&self, holder: i64, id: JobId) -> Result<bool, PgError> {
         let rows = self.with(|c| c.query(&self.sql.delete, &[&big(id), &holder]))?;
         Ok(!rows.is_empty())
+    }
+
+    /// [`Node::delete`] for many `(job, holder)` pairs in one statement (one round trip):
+    /// whether each was deleted, in order. A job asked for twice is deleted for one of them
+    /// (one allowed to: never for another holder than the one holding it).
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn delete_many(&self, wanted: &[(JobId, i64)]) -> Result<Vec<bool>, PgError> {
+        let ids: Vec<i64> = wanted.iter().map(|(id, _)| big(*id)).collect();
+        let holders: Vec<i64> = wanted.iter().map(|(_, h)| *h).collect();
+        let rows = self.with(|c| c.query(&self.sql.delete_many, &[&ids, &holders]))?;
+        let mut deleted: std::collections::HashSet<(JobId, i64)> = rows
+            .iter()
+            .map(|r| (unsigned(r.get(0)), r.get::<_, i64>(1)))
+            .collect();
+        Ok(wanted
+            .iter()
+            .map(|(id, holder)| deleted.remove(&(*id, *holder)))
+            .collect())
     }
 
     /// Releases a job `holder` holds: ready (announced) or, with `delay_ms > 0`, delayed

@@ -489,3 +489,56 @@ fn node_clock_skew_cannot_make_a_job_due_early_and_stale_writes_leave_claims_alo
         .expect("commit");
     assert!(store.get(ready).expect("get").is_none());
 }
+
+/// `delete_many`: one round trip for many clients' deletes, each checked against its holder
+/// as `delete` is: a held job only by its holder (also when another client asks for the same
+/// job in the same batch), a free one by anyone, a missing one by no one.
+#[test]
+fn batched_deletes_check_each_holder() {
+    let Some((_cluster, options)) = setup() else {
+        return;
+    };
+    let node = Node::join(&options).expect("join");
+    let store = PgStore::open(&options).expect("open");
+    let base = node.ids().start;
+    put(
+        &store,
+        (base..base + 4)
+            .map(|id| job(id, "del", DurableState::Ready, 60_000))
+            .collect(),
+    );
+    let (a, b) = (node.holder(1), node.holder(2));
+    let won = node
+        .claim(&[(base, a), (base + 1, b)])
+        .expect("claim")
+        .won
+        .len();
+    assert_eq!(won, 2);
+    let deleted = node
+        .delete_many(&[
+            (base, b),     // held by a: not b's
+            (base, a),     // a's own: deleted
+            (base + 1, a), // held by b: not a's
+            (base + 2, a), // free: anyone
+            (base + 2, b), // the same free job again: deleted for one of the two
+            (base + 9, a), // no such job
+        ])
+        .expect("delete_many");
+    assert_eq!(deleted[..3], [false, true, false]);
+    assert!(
+        deleted[3] ^ deleted[4],
+        "one delete of job {}: {deleted:?}",
+        base + 2
+    );
+    assert!(!deleted[5]);
+    let left: Vec<u64> = store
+        .existing(&(base..base + 4).collect::<Vec<_>>())
+        .expect("existing");
+    let mut left = left;
+    left.sort_unstable();
+    assert_eq!(left, vec![base + 1, base + 3]);
+    assert_eq!(
+        node.delete_many(&[(base + 1, b)]).expect("delete"),
+        vec![true]
+    );
+}

@@ -221,9 +221,19 @@ async fn in_cluster<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             }
         }
         Command::Delete(_) | Command::Release { .. } | Command::Bury { .. } | Command::Touch(_) => {
-            // Earlier commands' writes (the put of this very job, say) are in the database
-            // before this one looks.
-            if shared.last_ticket().durable().await.is_err() {
+            // Earlier writes of this very job (its put, say) are in the database before this
+            // looks; other clients' commits in flight are not waited for.
+            let id = match command {
+                Command::Delete(id) | Command::Touch(id) => *id,
+                Command::Release { id, .. } | Command::Bury { id, .. } => *id,
+                _ => unreachable!("matched above"),
+            };
+            if shared
+                .job_ticket(id, &shared.last_ticket())
+                .durable()
+                .await
+                .is_err()
+            {
                 return Ok(Some(Reply::InternalError));
             }
             let reply = active::run_checked(active, client, command).await;

@@ -246,10 +246,8 @@ impl Server {
         let postgres = Some((opened.store.clone(), opened.lock, adopted));
         let server = Server::assemble(config, engine, store, recovered_jobs, started, postgres)?;
         if let Some(node) = opened.node {
-            let active = cluster::active::Active {
-                node,
-                store: opened.store,
-            };
+            let active = cluster::active::Active::new(node, opened.store)
+                .context("cannot start the node's batching threads")?;
             let _ = server.shared.active.set(Arc::new(active));
         }
         Ok(server)
@@ -279,7 +277,7 @@ impl Server {
     /// connections finish the command in hand, and returns once everything acknowledged is
     /// durable.
     pub async fn run(mut self, listener: Listener, shutdown: CancellationToken) {
-        let _watcher = match self.postgres.take() {
+        let watcher = match self.postgres.take() {
             Some((store, lock, adopted)) => {
                 match cluster::Watcher::start(self.shared.clone(), store, lock, adopted) {
                     Ok(watcher) => Some(watcher),
@@ -329,6 +327,11 @@ impl Server {
         let last = self.shared.last_ticket();
         if let Err(error) = last.durable().await {
             tracing::error!(%error, "the last writes could not be made durable");
+        }
+        // PostgreSQL: the watcher (and with it the active lock) ends before `run` returns, so
+        // whoever stops the database next, or starts the next node, finds this node gone.
+        if let Some(watcher) = watcher {
+            watcher.stop().await;
         }
     }
 }

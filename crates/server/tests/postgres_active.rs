@@ -163,3 +163,77 @@ async fn racing_reservers_on_two_nodes_never_share_a_job() {
     one.shutdown().await;
     two.shutdown().await;
 }
+
+/// A node whose `LISTEN` connection is killed (`pg_terminate_backend`) while another node
+/// puts jobs never hears those announcements; once it listens again it reads what it missed
+/// from the table, and serves the job. Connections to the database are refused while the put
+/// happens, so the node cannot be listening again before it (the put would then simply be
+/// announced): only the re-read can bring the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_listen_connection_dropped_reads_what_it_missed() {
+    let Some(cluster) = cluster_for_test() else {
+        return;
+    };
+    // The nodes use a database of their own, which the admin connection (on `postgres`) can
+    // close to new connections.
+    let mut cfg = config(&cluster);
+    if let Some(pg) = cfg.postgres.as_mut() {
+        pg.url = cluster.create_db("nodes").unwrap();
+    }
+    let one = Running::open(&cfg).await;
+    let two = Running::open(&cfg).await;
+    let mut c1 = one.client().await;
+    let mut c2 = two.client().await;
+    // Every connection either node needs below is open already: a put, a reserve and a
+    // delete through each.
+    for c in [&mut c1, &mut c2] {
+        let id = c.put(0, 0, 60, "warm").await;
+        assert_eq!(c.reserve(10).await, (id, "warm".to_owned()));
+        assert_eq!(c.cmd(&format!("delete {id}")).await, "DELETED");
+    }
+    let url = cluster.url();
+    let mut admin = tokio::task::spawn_blocking(move || {
+        postgres::Client::connect(&url, postgres::NoTls).unwrap()
+    })
+    .await
+    .unwrap();
+    // Node 2 is the second to join a fresh schema: node id 2.
+    admin = tokio::task::spawn_blocking(move || {
+        admin
+            .batch_execute("ALTER DATABASE nodes ALLOW_CONNECTIONS false")
+            .unwrap();
+        let killed: i64 = admin
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+                 WHERE application_name = 'tickwheel-listen-2' AND datname = 'nodes'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(killed, 1, "node 2's LISTEN connection");
+        admin
+    })
+    .await
+    .unwrap();
+    // Put on node 1 while node 2 cannot listen: the announcement goes nowhere on node 2.
+    let id = c1.put(0, 0, 60, "missed").await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(
+        c2.cmd(&format!("peek {id}")).await,
+        "NOT_FOUND",
+        "node 2 cannot have heard of the put"
+    );
+    tokio::task::spawn_blocking(move || {
+        admin
+            .batch_execute("ALTER DATABASE nodes ALLOW_CONNECTIONS true")
+            .unwrap();
+    })
+    .await
+    .unwrap();
+    // Node 2 listens again, re-reads the table, and serves the job to its client.
+    assert_eq!(c2.reserve(20).await, (id, "missed".to_owned()));
+    assert_eq!(c2.cmd(&format!("delete {id}")).await, "DELETED");
+    drop((c1, c2));
+    one.shutdown().await;
+    two.shutdown().await;
+}

@@ -134,11 +134,15 @@ enum Target {
     TwBasePg,
     /// 1 node of tickwheel-server --postgres URL --postgres-mode active-active.
     TwPgAa1,
-    /// 2 active-active nodes on one fresh database; the throughput workload spreads the
-    /// connections over them (other workloads use the first node).
+    /// 2 active-active nodes on one fresh database; the throughput and lateness workloads
+    /// spread the connections over them (other workloads use the first node).
     TwPgAa2,
     /// 3 active-active nodes on one fresh database (as tw-pg-aa2).
     TwPgAa3,
+    /// The `--baseline` build as tw-pg-aa1 (before/after of the active-active mode in one run).
+    TwBasePgAa1,
+    /// The `--baseline` build as tw-pg-aa3.
+    TwBasePgAa3,
 }
 
 impl Target {
@@ -158,6 +162,8 @@ impl Target {
             Target::TwPgAa1 => "tickwheel pg active-active, 1 node",
             Target::TwPgAa2 => "tickwheel pg active-active, 2 nodes",
             Target::TwPgAa3 => "tickwheel pg active-active, 3 nodes",
+            Target::TwBasePgAa1 => "baseline pg active-active, 1 node",
+            Target::TwBasePgAa3 => "baseline pg active-active, 3 nodes",
         }
     }
 
@@ -165,7 +171,7 @@ impl Target {
     fn nodes(self) -> usize {
         match self {
             Target::TwPgAa2 => 2,
-            Target::TwPgAa3 => 3,
+            Target::TwPgAa3 | Target::TwBasePgAa3 => 3,
             _ => 1,
         }
     }
@@ -183,6 +189,8 @@ impl Target {
                 | Target::TwPgAa1
                 | Target::TwPgAa2
                 | Target::TwPgAa3
+                | Target::TwBasePgAa1
+                | Target::TwBasePgAa3
         )
     }
 }
@@ -210,7 +218,9 @@ impl Server {
             | Target::TwBasePg
             | Target::TwPgAa1
             | Target::TwPgAa2
-            | Target::TwPgAa3 => pg_database()?,
+            | Target::TwPgAa3
+            | Target::TwBasePgAa1
+            | Target::TwBasePgAa3 => pg_database()?,
             _ => String::new(),
         };
         let mut server = Server::start_one(cli, target, dir, port, &pg_url).await?;
@@ -259,6 +269,12 @@ impl Server {
             ),
             Target::TwPgAa1 | Target::TwPgAa2 | Target::TwPgAa3 => (
                 tickwheel_path(cli)?,
+                vec!["--postgres", pg_url, "--postgres-mode", "active-active"],
+            ),
+            Target::TwBasePgAa1 | Target::TwBasePgAa3 => (
+                cli.baseline
+                    .clone()
+                    .ok_or_else(|| anyhow!("target tw-base-pg-aa* needs --baseline PATH"))?,
                 vec!["--postgres", pg_url, "--postgres-mode", "active-active"],
             ),
         };
@@ -717,19 +733,20 @@ fn ms(t0: Instant) -> f64 {
 
 async fn lateness_once(cli: &Cli, t: Target) -> anyhow::Result<LateResult> {
     let server = Server::start(cli, t).await?;
-    let addr = server.addr;
     let total = cli.rate * cli.put_secs as usize;
     // Per job: (put sent ms, put acked ms, delay ms); NaN until known.
     let sent = Arc::new(Mutex::new(vec![(f64::NAN, f64::NAN, 0.0); total]));
     let received = Arc::new(Mutex::new(Vec::<(usize, f64)>::with_capacity(total)));
     let got = Arc::new(AtomicUsize::new(0));
+    // Multi-node targets: producers and workers round-robin over the nodes.
+    let nodes = server.addrs.clone();
     let mut prods = Vec::new();
-    for _ in 0..cli.producers {
-        prods.push(Conn::connect(addr).await?);
+    for i in 0..cli.producers {
+        prods.push(Conn::connect(nodes[i % nodes.len()]).await?);
     }
     let mut works = Vec::new();
-    for _ in 0..cli.workers {
-        let mut c = Conn::connect(addr).await?;
+    for i in 0..cli.workers {
+        let mut c = Conn::connect(nodes[i % nodes.len()]).await?;
         c.simple("watch default\r\n").await?;
         works.push(c);
     }

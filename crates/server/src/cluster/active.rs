@@ -29,8 +29,139 @@ use crate::shared::Shared;
 /// What a node serving beside others needs at hand: its registration (claims, holder-checked
 /// commands) and the store (to read jobs it adopts).
 pub(crate) struct Active {
-    pub(crate) node: Node,
+    pub(crate) node: Arc<Node>,
     pub(crate) store: Arc<PgStore>,
+    /// Claims and deletes of all of this node's clients, batched ([`Batcher`]).
+    batch: Batcher,
+}
+
+impl Active {
+    /// The node's state, with its batching threads started.
+    ///
+    /// # Errors
+    ///
+    /// The OS refused to start a thread.
+    pub(crate) fn new(node: Node, store: Arc<PgStore>) -> std::io::Result<Active> {
+        let node = Arc::new(node);
+        Ok(Active {
+            batch: Batcher::start(&node)?,
+            node,
+            store,
+        })
+    }
+}
+
+/// One client's request to a [`Batcher`] thread and where its answer goes.
+type Request<T> = (
+    (JobId, i64),
+    tokio::sync::oneshot::Sender<Result<T, String>>,
+);
+
+/// One statement for a batch of `(job, holder)` requests: an answer per request, in order.
+type BatchFn<T> = fn(&Node, &[(JobId, i64)]) -> Result<Vec<T>, String>;
+
+/// What one claim came to: won, or lost and why (at the database time of the claim).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ClaimOutcome {
+    won: bool,
+    lost: Option<Lost>,
+    at_ms: u64,
+}
+
+/// Claims and holder-checked deletes from all of a node's clients, gathered into one
+/// statement per round trip: each of [`Batcher::THREADS`] threads per kind takes every request
+/// queued while the previous statement ran (up to [`Batcher::MAX`]), so many reservers and
+/// deleters share a round trip and a node connection instead of each waiting for one of
+/// their own. Threads end when the node's state is dropped.
+struct Batcher {
+    claims: std::sync::mpsc::Sender<Request<ClaimOutcome>>,
+    deletes: std::sync::mpsc::Sender<Request<bool>>,
+}
+
+impl Batcher {
+    /// Statements in flight per kind (the node has [`tickwheel_pg::NODE_CONNECTIONS`]).
+    const THREADS: usize = 3;
+    /// Requests per statement at most.
+    const MAX: usize = 256;
+
+    fn start(node: &Arc<Node>) -> std::io::Result<Batcher> {
+        let claims = Self::spawn("tickwheel-pg-claim", node, |node, wanted| {
+            let claims = node.claim(wanted).map_err(|e| e.to_string())?;
+            Ok(wanted
+                .iter()
+                .map(|(id, holder)| ClaimOutcome {
+                    won: claims
+                        .won
+                        .iter()
+                        .any(|c| c.id == *id && c.holder == *holder),
+                    lost: claims
+                        .lost
+                        .iter()
+                        .find(|(lost, _)| lost == id)
+                        .map(|(_, why)| *why),
+                    at_ms: claims.at_ms,
+                })
+                .collect())
+        })?;
+        let deletes = Self::spawn("tickwheel-pg-delete", node, |node, wanted| {
+            node.delete_many(wanted).map_err(|e| e.to_string())
+        })?;
+        Ok(Batcher { claims, deletes })
+    }
+
+    fn spawn<T: Send + 'static>(
+        name: &str,
+        node: &Arc<Node>,
+        run: BatchFn<T>,
+    ) -> std::io::Result<std::sync::mpsc::Sender<Request<T>>> {
+        let (tx, rx) = std::sync::mpsc::channel::<Request<T>>();
+        let rx = Arc::new(std::sync::Mutex::new(rx));
+        for _ in 0..Self::THREADS {
+            let (rx, node) = (rx.clone(), node.clone());
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || loop {
+                    let mut batch: Vec<Request<T>> = {
+                        let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
+                        let Ok(first) = rx.recv() else { return };
+                        std::iter::once(first)
+                            .chain(std::iter::from_fn(|| rx.try_recv().ok()))
+                            .take(Self::MAX)
+                            .collect()
+                    };
+                    // Rows are locked in id order by every batch (and by the group commit,
+                    // which writes in id order too): two statements locking the same rows
+                    // cannot deadlock.
+                    batch.sort_by_key(|((id, _), _)| *id);
+                    let wanted: Vec<(JobId, i64)> = batch.iter().map(|(w, _)| *w).collect();
+                    match run(&node, &wanted) {
+                        Ok(outcomes) => {
+                            for ((_, reply), outcome) in batch.into_iter().zip(outcomes) {
+                                let _ = reply.send(Ok(outcome));
+                            }
+                        }
+                        Err(error) => {
+                            for (_, reply) in batch {
+                                let _ = reply.send(Err(error.clone()));
+                            }
+                        }
+                    }
+                })?;
+        }
+        Ok(tx)
+    }
+
+    async fn ask<T>(
+        queue: &std::sync::mpsc::Sender<Request<T>>,
+        wanted: (JobId, i64),
+    ) -> Result<T, String> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        queue
+            .send((wanted, tx))
+            .map_err(|_| "the node's batching threads ended".to_owned())?;
+        rx.await
+            .map_err(|_| "a batching thread dropped the request".to_owned())?
+    }
 }
 
 impl Active {
@@ -55,10 +186,9 @@ pub(crate) async fn claim(
     client: ClientId,
     id: JobId,
 ) -> Option<bool> {
-    let a = active.clone();
     let holder = active.holder(client);
-    let claims = match blocking(move || a.node.claim(&[(id, holder)])).await? {
-        Ok(claims) => claims,
+    let claim = match Batcher::ask(&active.batch.claims, (id, holder)).await {
+        Ok(claim) => claim,
         Err(error) => {
             tracing::warn!(%error, id, "cannot claim a job in PostgreSQL");
             shared.apply(|engine| engine.drop_cached(id));
@@ -71,16 +201,14 @@ pub(crate) async fn claim(
             return None;
         }
     };
-    if claims.won.iter().any(|c| c.id == id) {
+    if claim.won {
         return Some(true);
     }
     shared.apply(|engine| engine.drop_cached(id));
     // Gone, held or buried elsewhere: it comes back announced if it is ever ready again. Not
     // due yet by the database clock, or paused: adopted again then.
-    if let Some(Lost::NotDue { until_ms } | Lost::Paused { until_ms }) =
-        claims.lost.first().map(|(_, why)| *why)
-    {
-        let wait = Duration::from_millis(until_ms.saturating_sub(claims.at_ms));
+    if let Some(Lost::NotDue { until_ms } | Lost::Paused { until_ms }) = claim.lost {
+        let wait = Duration::from_millis(until_ms.saturating_sub(claim.at_ms));
         readopt_later(shared.clone(), active.clone(), id, wait);
     }
     Some(false)
@@ -126,6 +254,18 @@ pub(crate) async fn run_checked(
     command: &Command,
 ) -> Option<Reply> {
     let holder = active.holder(client);
+    if let Command::Delete(id) = command {
+        return Some(
+            match Batcher::ask(&active.batch.deletes, (*id, holder)).await {
+                Ok(true) => Reply::Deleted,
+                Ok(false) => Reply::NotFound,
+                Err(error) => {
+                    tracing::warn!(%error, "a holder-checked delete failed in PostgreSQL");
+                    Reply::InternalError
+                }
+            },
+        );
+    }
     let a = active.clone();
     let command = command.clone();
     let outcome = blocking(move || -> Option<Result<Reply, tickwheel_pg::PgError>> {
@@ -193,5 +333,121 @@ pub(crate) async fn disconnected(active: &Arc<Active>, client: ClientId) {
     let a = active.clone();
     if let Some(Err(error)) = blocking(move || a.node.release_all(&[holder])).await {
         tracing::warn!(%error, "cannot release a closed connection's jobs (their leases end them)");
+    }
+}
+
+/// How long a node leaves a job another node made ready (put, released, kicked; or due, for a
+/// delayed one) to that node before adopting it itself: the owner's reservers take their own
+/// jobs without racing the others for the same row, and another node steps in only for jobs
+/// the owner has not claimed by then (busy or dead). Also the extra delay, at most, before a
+/// job of a dead node's id block is served elsewhere.
+pub(crate) const AFFINITY: Duration = Duration::from_millis(25);
+
+/// Jobs of other nodes this node will look at later ([`AFFINITY`]): ids by the node-clock time
+/// (Unix ms) from which to read and adopt them if they are still free.
+#[derive(Debug, Default)]
+pub(crate) struct Deferred {
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(u64, JobId)>>,
+}
+
+impl Deferred {
+    /// Looks at `id` again from `at_ms`.
+    pub(crate) fn push(&mut self, at_ms: u64, id: JobId) {
+        self.heap.push(std::cmp::Reverse((at_ms, id)));
+    }
+
+    /// The ids whose time has come by `now_ms` (earliest first, each once), at most `limit`.
+    pub(crate) fn due(&mut self, now_ms: u64, limit: usize) -> Vec<JobId> {
+        let mut out = Vec::new();
+        while out.len() < limit {
+            match self.heap.peek() {
+                Some(std::cmp::Reverse((at, _))) if *at <= now_ms => {
+                    if let Some(std::cmp::Reverse((_, id))) = self.heap.pop() {
+                        out.push(id);
+                    }
+                }
+                _ => break,
+            }
+        }
+        out
+    }
+
+    /// How long from `now_ms` until the next id's time (`None`: nothing deferred).
+    pub(crate) fn next_in(&self, now_ms: u64) -> Option<Duration> {
+        self.heap
+            .peek()
+            .map(|std::cmp::Reverse((at, _))| Duration::from_millis(at.saturating_sub(now_ms)))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.heap.len()
+    }
+}
+
+/// Whether this node adopts `id` as soon as it is announced: its own jobs (its id block; its
+/// engine has them already, unless a restart or lease sweep brought them back) and jobs put by
+/// SQL (no owner). Every other node's jobs wait [`AFFINITY`].
+pub(crate) fn owns(active: &Active, id: JobId) -> bool {
+    active.node.ids().contains(&id) || id >= tickwheel_queue::FOREIGN_ID_BASE
+}
+
+/// Adopts announced or deferred `records` (read just now, free of live leases): ready ones
+/// this node owns, or whose [`AFFINITY`] time has passed (`deferred_now` true), at once;
+/// delayed ones (the owner's wheel fires them) are deferred to their due time plus
+/// [`AFFINITY`] unless this node owns them.
+pub(crate) fn adopt_with_affinity(
+    shared: &Shared,
+    active: &Active,
+    records: Vec<tickwheel_queue::JobRecord>,
+    deferred: &mut Deferred,
+    now_ms: u64,
+    deferred_now: bool,
+) {
+    let affinity = u64::try_from(AFFINITY.as_millis()).unwrap_or(u64::MAX);
+    let mut now = Vec::new();
+    for record in records {
+        let mine = owns(active, record.id);
+        match record.state {
+            tickwheel_queue::DurableState::Delayed { until } if !mine && until > now_ms => {
+                deferred.push(until.saturating_add(affinity), record.id);
+            }
+            _ if mine || deferred_now => now.push(record),
+            _ => deferred.push(now_ms.saturating_add(affinity), record.id),
+        }
+    }
+    adopt_fresh(shared, now);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Deferred;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Against a model (a sorted list): `due` hands out exactly the entries whose time has
+        /// come, earliest first, each once; `next_in` is the wait for the earliest left.
+        #[test]
+        fn deferred_matches_a_sorted_list(
+            ops in proptest::collection::vec((any::<bool>(), 0u64..1000, 0u64..50, 1usize..8), 1..200)
+        ) {
+            let mut d = Deferred::default();
+            let mut model: Vec<(u64, u64)> = Vec::new();
+            for (is_push, at, id, limit) in ops {
+                if is_push {
+                    d.push(at, id);
+                    model.push((at, id));
+                } else {
+                    model.sort_unstable();
+                    let n = model.iter().take_while(|(t, _)| *t <= at).count().min(limit);
+                    let want: Vec<u64> = model.drain(..n).map(|(_, id)| id).collect();
+                    prop_assert_eq!(d.due(at, limit), want);
+                    model.sort_unstable();
+                    let next = model.first().map(|(t, _)| std::time::Duration::from_millis(t.saturating_sub(at)));
+                    prop_assert_eq!(d.next_in(at), next);
+                }
+                prop_assert_eq!(d.len(), model.len());
+            }
+        }
     }
 }

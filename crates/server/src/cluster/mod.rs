@@ -155,9 +155,11 @@ impl Adopted {
 }
 
 /// The node's watcher thread: holds the active lock, listens for SQL puts and deletes, polls
-/// as a fallback. Stops when dropped (within [`POLL`]).
+/// as a fallback. [`Watcher::stop`] ends it and waits for it; dropped, it is told to stop and
+/// ends by itself (within [`POLL`]).
 pub(crate) struct Watcher {
     stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Drop for Watcher {
@@ -180,16 +182,41 @@ impl Watcher {
     ) -> std::io::Result<Watcher> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("tickwheel-pg-watch".into())
             .spawn(move || watch(&shared, &store, lock, Adopted::new(adopted), &flag))?;
-        Ok(Watcher { stop })
+        Ok(Watcher {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the thread and waits until it has ended (within [`POLL`] and a round trip): the
+    /// active lock's session is closed when this returns, so a standby may take over, and
+    /// nothing of this node touches the database any more (the server's `run` returns only
+    /// after this).
+    pub(crate) async fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            if !matches!(
+                tokio::task::spawn_blocking(move || thread.join()).await,
+                Ok(Ok(()))
+            ) {
+                tracing::error!("the PostgreSQL watcher thread panicked");
+            }
+        }
     }
 }
 
-fn listen(store: &PgStore) -> Result<Client, postgres::Error> {
+/// The `LISTEN` connection; `node`: an active-active node's id, shown as the connection's
+/// `application_name` (`tickwheel-listen-<node>`), which an operator (or a test) can look up in
+/// `pg_stat_activity`.
+fn listen(store: &PgStore, node: Option<i64>) -> Result<Client, postgres::Error> {
     let options = store.options();
     let mut client = Client::connect(&options.url, NoTls)?;
+    if let Some(node) = node {
+        client.batch_execute(&format!("SET application_name = 'tickwheel-listen-{node}'"))?;
+    }
     client.batch_execute(&format!(
         "LISTEN {}; LISTEN {}; LISTEN {}",
         options.schema.put_channel(),
@@ -198,6 +225,49 @@ fn listen(store: &PgStore) -> Result<Client, postgres::Error> {
     ))?;
     Ok(client)
 }
+
+/// After the `LISTEN` connection broke (active-active): adopts every free job the engine lacks,
+/// as if it had just been announced (this node's own at once, others' after the affinity
+/// time, if still free then).
+fn resync(
+    shared: &Shared,
+    store: &PgStore,
+    active: &active::Active,
+    deferred: &mut active::Deferred,
+) {
+    let mut ids = match store.free_ids() {
+        Ok(ids) => ids,
+        Err(error) => {
+            tracing::warn!(%error, "cannot re-read the jobs after the LISTEN connection broke");
+            return;
+        }
+    };
+    shared.read(|engine| ids.retain(|id| engine.job_state(*id).is_none()));
+    tracing::info!(
+        missing = ids.len(),
+        "listening again after the LISTEN connection broke: adopting the jobs missed meanwhile"
+    );
+    let now = unix_ms();
+    for chunk in ids.chunks(1000) {
+        match store.get_free(chunk) {
+            Ok(records) => {
+                active::adopt_with_affinity(shared, active, records, deferred, now, false);
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot re-read the jobs after the LISTEN connection broke");
+            }
+        }
+    }
+}
+
+/// The system clock in Unix ms (the database's due times are compared with it only to
+/// schedule a look; claims decide by the database clock).
+fn unix_ms() -> u64 {
+    crate::shared::wall_millis(std::time::SystemTime::now()).0
+}
+
+/// The longest the watcher waits without looking at its stop flag.
+const SLICE: Duration = Duration::from_millis(50);
 
 /// How often an active-active node sweeps lapsed leases back to ready (any node's): the bound
 /// on how late after its lease ends a dead node's reserved job is offered again.
@@ -218,6 +288,10 @@ fn watch(
     let mut rounds: u64 = 0;
     let mut swept = std::time::Instant::now();
     let mut polled = std::time::Instant::now();
+    // Active-active: other nodes' jobs, looked at after active::AFFINITY.
+    let mut deferred = active::Deferred::default();
+    // A LISTEN connection was up before: announcements may have been lost since it broke.
+    let mut listened = false;
     while !stop.load(Ordering::Relaxed) {
         if let Some(active) = active.as_ref().filter(|_| swept.elapsed() >= SWEEP) {
             swept = std::time::Instant::now();
@@ -238,6 +312,11 @@ fn watch(
             .as_mut()
             .is_some_and(|l| !l.still_held(Duration::from_secs(10)))
         {
+            if stop.load(Ordering::Relaxed) {
+                // Shutting down: the server stopped serving before it asked this thread to
+                // stop, so a standby taking over now is the hand-over, not a split.
+                break;
+            }
             tracing::error!(
                 "lost the connection holding this node's active lock: another node may take \
                  over, so this one stops now (everything acknowledged is committed)"
@@ -245,8 +324,16 @@ fn watch(
             std::process::exit(LOST_LOCK_EXIT);
         }
         if listener.as_ref().is_none_or(Client::is_closed) {
-            listener = match listen(store) {
-                Ok(c) => Some(c),
+            listener = match listen(store, active.as_ref().map(|a| a.node.id())) {
+                Ok(c) => {
+                    if let Some(active) = active.as_ref().filter(|_| listened) {
+                        // Listening again (before the read, so nothing falls between):
+                        // whatever other nodes announced meanwhile is read from the table.
+                        resync(shared, store, active, &mut deferred);
+                    }
+                    listened = true;
+                    Some(c)
+                }
                 Err(error) => {
                     tracing::warn!(%error, "cannot LISTEN for SQL puts; polling meanwhile");
                     None
@@ -258,12 +345,20 @@ fn watch(
         let mut ready: Vec<JobId> = Vec::new();
         if let Some(client) = listener.as_mut() {
             let mut notes = client.notifications();
-            let mut it = notes.timeout_iter(wait);
+            // Wake for the next deferred job, too.
+            let wait = deferred
+                .next_in(unix_ms())
+                .map_or(wait, |next| next.clamp(Duration::from_millis(1), wait));
+            // Waits in slices, so a stop is seen within one (a server's `run` waits for this
+            // thread) and a quiet slice hands over what arrived.
+            let mut it = notes.timeout_iter(wait.min(SLICE));
             // Active-active: hand what arrived to the engine (and sweep) at least every 20 ms
             // while notifications keep coming, every SWEEP when none do.
             let collecting = std::time::Instant::now();
             loop {
-                if active.is_some() && collecting.elapsed() >= Duration::from_millis(20) {
+                if stop.load(Ordering::Relaxed)
+                    || (active.is_some() && collecting.elapsed() >= Duration::from_millis(20))
+                {
                     break;
                 }
                 match it.next() {
@@ -292,7 +387,12 @@ fn watch(
                             break;
                         }
                     }
-                    Ok(None) => break,
+                    Ok(None) => {
+                        let got = !(puts.is_empty() && deletes.is_empty() && ready.is_empty());
+                        if got || collecting.elapsed() >= wait {
+                            break;
+                        }
+                    }
                     Err(error) => {
                         tracing::warn!(%error, "the LISTEN connection broke; reconnecting");
                         break;
@@ -300,17 +400,51 @@ fn watch(
                 }
             }
         } else {
-            std::thread::sleep(wait);
+            let sleeping = std::time::Instant::now();
+            while !stop.load(Ordering::Relaxed) && sleeping.elapsed() < wait {
+                std::thread::sleep(wait.min(SLICE));
+            }
         }
-        if active.is_some() && !ready.is_empty() {
+        if let Some(active) = active.as_ref() {
+            let now = unix_ms();
+            // Other nodes' jobs whose affinity time has passed: whatever of them is still
+            // free (not deleted or claimed by their owner meanwhile) is adopted now.
+            let due = deferred.due(now, 3000);
+            let affinity = u64::try_from(active::AFFINITY.as_millis()).unwrap_or(0);
             ready.sort_unstable();
             ready.dedup();
             // Jobs the engine has already (this node's own puts, above all) are not read
             // again: a stale state there is settled by the claim, which says why it lost.
             shared.read(|engine| ready.retain(|id| engine.job_state(*id).is_none()));
-            match store.get_free(&ready) {
-                Ok(records) => active::adopt_fresh(shared, records),
-                Err(error) => tracing::warn!(%error, "cannot read jobs other nodes made ready"),
+            // This node's own jobs now; every other node's after the affinity time.
+            ready.retain(|id| {
+                let mine = active::owns(active, *id);
+                if !mine {
+                    deferred.push(now + affinity, *id);
+                }
+                mine
+            });
+            for (ids, later) in [(ready, false), (due, true)] {
+                let mut ids = ids;
+                if later {
+                    shared.read(|engine| ids.retain(|id| engine.job_state(*id).is_none()));
+                }
+                if ids.is_empty() {
+                    continue;
+                }
+                match store.get_free(&ids) {
+                    Ok(records) => active::adopt_with_affinity(
+                        shared,
+                        active,
+                        records,
+                        &mut deferred,
+                        now,
+                        later,
+                    ),
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot read jobs other nodes made ready");
+                    }
+                }
             }
         }
         if !deletes.is_empty() {
