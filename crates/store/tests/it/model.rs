@@ -109,11 +109,7 @@ impl Model {
     }
 }
 
-fn check(
-    store: &dyn Store,
-    model: &Model,
-    probe: (u64, u64, u64, usize),
-) -> Result<(), TestCaseError> {
+fn check(store: &dyn Store, model: &Model, probe: Probe) -> Result<(), TestCaseError> {
     for id in 0..IDS {
         prop_assert_eq!(
             store.get(id).unwrap(),
@@ -145,7 +141,10 @@ fn check(
     Ok(())
 }
 
-fn probe_strategy() -> impl Strategy<Value = (u64, u64, u64, usize)> {
+/// What [`check`] probes besides every id: `recover(window)` and `delayed_between(from, to, limit)`.
+type Probe = (u64, u64, u64, usize);
+
+fn probe_strategy() -> impl Strategy<Value = Probe> {
     (0u64..45, 0u64..45, 0u64..45, 0usize..8)
 }
 
@@ -154,26 +153,8 @@ proptest! {
 
     #[test]
     fn disk_store_matches_model(ops in proptest::collection::vec((op_strategy(), probe_strategy()), 1..14)) {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = DiskStore::open(dir.path(), DiskOptions::default()).unwrap();
-        let mut model = Model::default();
-        for (op, probe) in ops {
-            match op {
-                Op::Batch(b) => {
-                    store.commit(&b).unwrap();
-                    model.apply(&b);
-                }
-                Op::ReserveIds(end) => {
-                    store.reserve_ids(end).unwrap();
-                    model.next_id = model.next_id.max(end);
-                }
-                Op::Reopen => {
-                    drop(store);
-                    store = DiskStore::open(dir.path(), DiskOptions::default()).unwrap();
-                }
-            }
-            check(&store, &model, probe)?;
-        }
+        let ops = ops.into_iter().map(|(op, probe)| (op, probe, false)).collect();
+        disk_matches_model(ops, DiskOptions::default())?;
     }
 
     #[test]
@@ -266,31 +247,41 @@ proptest! {
     /// put larger than a segment goes through fjall's journal instead; reopens at random.
     #[test]
     fn tiny_log_segments_match_model(ops in proptest::collection::vec((op_strategy(), probe_strategy(), any::<bool>()), 1..40)) {
-        let dir = tempfile::tempdir().unwrap();
-        let options = DiskOptions::default().log_segment_bytes(4096);
-        let mut store = DiskStore::open(dir.path(), options.clone()).unwrap();
-        let mut model = Model::default();
-        for (op, probe, big) in ops {
-            match op {
-                Op::Batch(mut b) => {
-                    if big {
-                        if let Some(Change::Put(r)) = b.first_mut() {
-                            r.body = bytes::Bytes::from(vec![7u8; 5000]);
-                        }
-                    }
-                    store.commit(&b).unwrap();
-                    model.apply(&b);
-                }
-                Op::ReserveIds(end) => {
-                    store.reserve_ids(end).unwrap();
-                    model.next_id = model.next_id.max(end);
-                }
-                Op::Reopen => {
-                    drop(store);
-                    store = DiskStore::open(dir.path(), options.clone()).unwrap();
-                }
-            }
-            check(&store, &model, probe)?;
-        }
+        disk_matches_model(ops, DiskOptions::default().log_segment_bytes(4096))?;
     }
+}
+
+/// Applies `ops` to a `DiskStore` opened with `options` in a fresh directory and to the model,
+/// checking the store against the model after each; an op's flag gives a batch's first put a
+/// 5 000-byte body (larger than a 4 KiB log segment).
+fn disk_matches_model(
+    ops: Vec<(Op, Probe, bool)>,
+    options: DiskOptions,
+) -> Result<(), TestCaseError> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = DiskStore::open(dir.path(), options.clone()).unwrap();
+    let mut model = Model::default();
+    for (op, probe, big) in ops {
+        match op {
+            Op::Batch(mut b) => {
+                if big {
+                    if let Some(Change::Put(r)) = b.first_mut() {
+                        r.body = bytes::Bytes::from(vec![7u8; 5000]);
+                    }
+                }
+                store.commit(&b).unwrap();
+                model.apply(&b);
+            }
+            Op::ReserveIds(end) => {
+                store.reserve_ids(end).unwrap();
+                model.next_id = model.next_id.max(end);
+            }
+            Op::Reopen => {
+                drop(store);
+                store = DiskStore::open(dir.path(), options.clone()).unwrap();
+            }
+        }
+        check(&store, &model, probe)?;
+    }
+    Ok(())
 }
