@@ -150,7 +150,7 @@ impl DiskStore {
                     }
                     Room::NextSegment { .. } | Room::Here => {}
                 }
-                s.space.check_commit(bytes)?;
+                s.admit(bytes)?;
                 let switched = match log.append(seq, &record) {
                     Ok(switched) => switched,
                     Err(e) => {
