@@ -715,14 +715,16 @@ impl Inner {
 
     /// `meta/wal_seq`: the last log record applied to the tables.
     fn log_seq(&self) -> Result<u64, StoreError> {
-        match self
-            .meta
-            .get(META_WAL_SEQ)
-            .map_err(|e| self.engine_error(e))?
-        {
+        self.meta_u64(META_WAL_SEQ, "wal_seq")
+    }
+
+    /// A big-endian `u64` kept in `meta` under `key` (0 when absent); `name` names it in a
+    /// corruption error.
+    fn meta_u64(&self, key: &[u8], name: &str) -> Result<u64, StoreError> {
+        match self.meta.get(key).map_err(|e| self.engine_error(e))? {
             None => Ok(0),
             Some(v) => {
-                be_u64(&v).ok_or_else(|| self.corrupt(&self.meta, "wal_seq is not 8 bytes".into()))
+                be_u64(&v).ok_or_else(|| self.corrupt(&self.meta, format!("{name} is not 8 bytes")))
             }
         }
     }
@@ -808,16 +810,7 @@ impl Inner {
     }
 
     fn next_id(&self) -> Result<JobId, StoreError> {
-        match self
-            .meta
-            .get(META_NEXT_ID)
-            .map_err(|e| self.engine_error(e))?
-        {
-            None => Ok(0),
-            Some(v) => {
-                be_u64(&v).ok_or_else(|| self.corrupt(&self.meta, "next_id is not 8 bytes".into()))
-            }
-        }
+        self.meta_u64(META_NEXT_ID, "next_id")
     }
 }
 
