@@ -9,6 +9,7 @@ use crate::driver::{join_all, Inner};
 use crate::error::ScheduleError;
 use crate::interval::{Interval, MissedTickBehavior};
 use crate::metrics::{Counters, Metrics};
+use crate::payload::Prepared;
 use crate::shard::{Shard, CANCELLED, CANCELLING, DONE, RUNNING, WAITING};
 use crate::sleep::Sleep;
 use crate::sync::{Arc, Mutex};
@@ -163,8 +164,10 @@ impl Timer {
     where
         F: FnOnce() + Send + 'static,
     {
-        self.submit(0, Box::new(f), |s, f| s.schedule_once(f, tick))
-            .map_err(|e| e.map(|f| *f))
+        self.submit(0, Prepared::new(f), |s, f| {
+            s.schedule_once(f.into_payload(), tick)
+        })
+        .map_err(|e| e.map(Prepared::into_inner))
     }
 
     /// Runs `f` every `period`, the first time `initial_delay` from now, until cancelled.
