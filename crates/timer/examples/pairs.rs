@@ -10,7 +10,12 @@
 //! runqueue time. With free cores, 2-thread throughput / 1-thread =
 //! 2 × (1-thread on-CPU ns per pair) / (2-thread on-CPU + blocked ns per pair).
 //!
-//! Run: `cargo run --release -p tickwheel --example pairs [pairs per thread] [pending]`
+//! The pair's timer is due in 60 s, before every pending one (30–60 min): the common
+//! "timeout that is cancelled" shape, where each cancel removes the wheel's earliest timer.
+//! A third argument sets the pair's delay in seconds instead (e.g. `7200`: after every
+//! pending timer, so a cancel never removes the earliest).
+//!
+//! Run: `cargo run --release -p tickwheel --example pairs [pairs per thread] [pending] [pair delay s]`
 
 use std::time::{Duration, Instant};
 
@@ -26,10 +31,10 @@ fn sched_ns() -> (u64, u64) {
 }
 
 /// Runs `n` pairs; returns this thread's (on-CPU, runqueue wait, blocked) nanoseconds.
-fn timed_pairs(timer: &Timer, n: u64) -> (u64, u64, u64) {
+fn timed_pairs(timer: &Timer, n: u64, delay: Duration) -> (u64, u64, u64) {
     let (cpu0, wait0) = sched_ns();
     let start = Instant::now();
-    pairs(timer, n);
+    pairs(timer, n, delay);
     let wall = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
     let (cpu1, wait1) = sched_ns();
     let (cpu, wait) = (cpu1 - cpu0, wait1 - wait0);
@@ -37,11 +42,9 @@ fn timed_pairs(timer: &Timer, n: u64) -> (u64, u64, u64) {
 }
 
 #[inline(never)]
-fn pairs(timer: &Timer, n: u64) {
+fn pairs(timer: &Timer, n: u64, delay: Duration) {
     for _ in 0..n {
-        let h = timer
-            .schedule(Duration::from_secs(60), || ())
-            .expect("schedule");
+        let h = timer.schedule(delay, || ()).expect("schedule");
         std::hint::black_box(timer.cancel(h));
     }
 }
@@ -56,19 +59,22 @@ fn main() {
         .next()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1_000_000);
+    let delay = Duration::from_secs(args.next().and_then(|s| s.parse().ok()).unwrap_or(60));
     let timer = Timer::builder().worker_threads(1).build().expect("build");
     for i in 0..pending {
         let _handle = timer
             .schedule(Duration::from_secs(1800 + i % 1800), || ())
             .expect("fill");
     }
-    pairs(&timer, n / 10); // warm up
+    pairs(&timer, n / 10, delay); // warm up
     let start = Instant::now();
-    let one_cpu = timed_pairs(&timer, n);
+    let one_cpu = timed_pairs(&timer, n, delay);
     let one = start.elapsed();
     let start = Instant::now();
     let two_cpu: Vec<(u64, u64, u64)> = std::thread::scope(|s| {
-        let threads: Vec<_> = (0..2).map(|_| s.spawn(|| timed_pairs(&timer, n))).collect();
+        let threads: Vec<_> = (0..2)
+            .map(|_| s.spawn(|| timed_pairs(&timer, n, delay)))
+            .collect();
         threads
             .into_iter()
             .map(|t| t.join().expect("producer"))

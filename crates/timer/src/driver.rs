@@ -539,9 +539,13 @@ impl Inner {
         }
         match &self.workers {
             Some((tx, _)) => {
+                // Earliest last: each batch is then split off the end in one copy, already
+                // in the order a batch travels in (`WorkItem`), earliest batch first. (It was
+                // `drain(..64).rev().collect()`, which also shifted the rest down per batch.)
+                due.fires.reverse();
                 while !due.fires.is_empty() {
-                    let take = due.fires.len().min(BATCH);
-                    let batch: Vec<Fire> = due.fires.drain(..take).rev().collect();
+                    let at = due.fires.len().saturating_sub(BATCH);
+                    let batch: Vec<Fire> = due.fires.split_off(at);
                     let _ = tx.send(Some(batch));
                 }
             }
@@ -583,7 +587,7 @@ impl Inner {
             tally.fired += 1;
             match fire.work {
                 Work::Once(f) => {
-                    if catch_unwind(AssertUnwindSafe(f)).is_err() {
+                    if catch_unwind(AssertUnwindSafe(|| f.run())).is_err() {
                         Counters::bump(&self.counters.panicked);
                     }
                     landed += 1;

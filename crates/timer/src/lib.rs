@@ -87,6 +87,7 @@ mod driver;
 mod error;
 mod interval;
 mod metrics;
+mod payload;
 mod shard;
 mod sleep;
 mod sync;

@@ -2,8 +2,9 @@
 //!
 //! # Ground rules
 //!
-//! - A **one-shot callback** lives in its wheel entry itself ([`Payload::Once`]: the boxed
-//!   closure, 16 bytes, so the entry is 32); its handle is the wheel key. This is the
+//! - A **one-shot callback** lives in its wheel entry itself (a [`Payload`] of 24 bytes:
+//!   the closure inline when it is small, else its box; the entry is 40); its handle is
+//!   the wheel key. This is the
 //!   common timer, and it costs one slab (the wheel's) instead of two: 8-byte
 //!   fewer bookkeeping and one random cache line fewer per schedule, cancel and fire. When
 //!   it fires or is cancelled, its outcome is written to `finished` (4 bytes per wheel
@@ -15,10 +16,10 @@
 //! - A **repeating task** or an **async timer** needs an identity that survives leaving
 //!   and re-entering the wheel, so it lives in a [`Slot`] of the shard's side slab: state
 //!   byte, kind, generation, wheel key and the task (a repeating task, or a `Sleep`'s
-//!   waker); the wheel holds the slot index ([`Payload::Slot`]).
+//!   waker); the wheel holds the slot index ([`Payload::slot_index`]).
 //! - Nothing is reference counted and nothing is allocated per timer once the slabs and
-//!   the wheel are warm (a closure that captures data is boxed; one that captures nothing
-//!   is not).
+//!   the wheel are warm (a one-shot closure whose captures fit 16 bytes is stored inline,
+//!   see `payload.rs`; a larger one is boxed).
 //! - **Everything about a slot is read and written under its shard's lock**: schedule,
 //!   cancel, state, the driver taking due timers out (a one-shot callback's slot is freed
 //!   right then, as fired: its task travels on without it), a worker ending a repeating
@@ -46,6 +47,7 @@ use std::task::Waker;
 
 use tickwheel_core::{Step, TimerKey, Wheel};
 
+pub(crate) use crate::payload::Payload;
 use crate::task::{PendingTask, Repeat};
 
 /// `sleep_until` while the driver is awake: no producer needs to wake it.
@@ -80,15 +82,6 @@ pub(crate) const CASCADE_BUDGET: usize = if cfg!(loom) { 1 } else { 1024 };
 
 /// No slot: ends the free list.
 const NIL: u32 = u32::MAX;
-
-/// What the wheel holds for one timer: 16 bytes (a unit test pins it), so a wheel entry
-/// is 32.
-pub(crate) enum Payload {
-    /// A one-shot callback, stored in the wheel entry itself.
-    Once(Box<dyn FnOnce() + Send>),
-    /// A repeating task or an async timer: its side-slab slot.
-    Slot(u32),
-}
 
 /// `finished` entry of a one-shot callback that was cancelled (low bit; the other 31 bits
 /// are the low bits of its generation).
@@ -154,7 +147,7 @@ pub(crate) struct Fire {
 
 /// The part of a task a worker runs.
 pub(crate) enum Work {
-    Once(Box<dyn FnOnce() + Send>),
+    Once(Payload),
     Repeat(Box<Repeat>),
 }
 
@@ -283,7 +276,7 @@ impl Shard {
 
     /// Links slot `index` at `tick`; returns `true` if the driver must be woken.
     fn link(&mut self, index: u32, tick: u64) -> bool {
-        let key = self.wheel.insert(tick, Payload::Slot(index));
+        let key = self.wheel.insert(tick, Payload::slot_index(index));
         let slot = &mut self.slots[index as usize];
         slot.key = key.to_u64();
         slot.state = WAITING;
@@ -327,12 +320,8 @@ impl Shard {
 
     /// Schedules a one-shot callback; returns `(wheel key index, generation, wake driver)`.
     #[inline(always)]
-    pub(crate) fn schedule_once(
-        &mut self,
-        f: Box<dyn FnOnce() + Send>,
-        tick: u64,
-    ) -> (u32, u32, bool) {
-        let key = self.wheel.insert(tick, Payload::Once(f));
+    pub(crate) fn schedule_once(&mut self, f: Payload, tick: u64) -> (u32, u32, bool) {
+        let key = self.wheel.insert(tick, f);
         let index = key_index(key);
         if index as usize >= self.finished.len() {
             // Here, not when it fires: the driver must not stall on this in a burst.
@@ -345,17 +334,18 @@ impl Shard {
 
     /// Cancels a one-shot callback: `Some(closure to drop)` if this prevented its run.
     #[inline]
-    pub(crate) fn cancel_once(&mut self, index: u32, gen: u32) -> Option<Box<dyn FnOnce() + Send>> {
+    pub(crate) fn cancel_once(&mut self, index: u32, gen: u32) -> Option<Payload> {
         let key = make_key(index, gen);
-        match self.wheel.remove(key)? {
-            Payload::Once(f) => {
+        let f = self.wheel.remove(key)?;
+        match f.slot() {
+            None => {
                 self.pending -= 1;
                 self.cancelled += 1;
                 self.finish_once(key, true);
                 Some(f)
             }
-            Payload::Slot(slot) => {
-                // Cannot happen: a once handle's key names a `Payload::Once`. Put it back
+            Some(slot) => {
+                // Cannot happen: a once handle's key names a callback. Put it back
                 // rather than lose a timer (the key changes; the slot learns the new one).
                 debug_assert!(false, "one-shot key {key:?} named slot {slot}");
                 let tick = self.wheel.now();
@@ -468,8 +458,8 @@ impl Shard {
                 Step::Idle => return (false, once),
             };
             let tick = self.wheel.now();
-            let index = match payload {
-                Payload::Once(f) => {
+            let index = match payload.slot() {
+                None => {
                     self.pending -= 1;
                     self.finish_once(key, false);
                     once += 1;
@@ -477,11 +467,11 @@ impl Shard {
                         tick,
                         shard,
                         slot: key_index(key),
-                        work: Work::Once(f),
+                        work: Work::Once(payload),
                     });
                     continue;
                 }
-                Payload::Slot(index) => index,
+                Some(index) => index,
             };
             let slot = &mut self.slots[index as usize];
             match slot.kind {
@@ -582,15 +572,15 @@ impl Shard {
         let mut work = Vec::new();
         let mut wakers = Vec::new();
         for (key, tick, payload) in drained {
-            let index = match payload {
-                Payload::Once(f) => {
+            let index = match payload.slot() {
+                None => {
                     self.pending -= 1;
                     self.cancelled += 1;
                     self.finish_once(key, true);
-                    work.push((tick, Work::Once(f)));
+                    work.push((tick, Work::Once(payload)));
                     continue;
                 }
-                Payload::Slot(index) => index,
+                Some(index) => index,
             };
             let slot = &mut self.slots[index as usize];
             if slot.kind == SLEEP {
@@ -710,14 +700,13 @@ impl Shard {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_slot_is_40_bytes() {
-        assert_eq!(std::mem::size_of::<Slot>(), 40);
+    fn once_payload(f: impl FnOnce() + Send + 'static) -> Payload {
+        crate::payload::Prepared::new(f).into_payload()
     }
 
     #[test]
-    fn a_payload_is_16_bytes() {
-        assert_eq!(std::mem::size_of::<Payload>(), 16);
+    fn a_slot_is_40_bytes() {
+        assert_eq!(std::mem::size_of::<Slot>(), 40);
     }
 
     #[test]
@@ -748,11 +737,11 @@ mod tests {
     #[test]
     fn a_stale_once_handle_never_touches_the_newer_timer_in_its_entry() {
         let mut shard = Shard::new(7);
-        let (a, gen_a, _) = shard.schedule_once(Box::new(|| ()), 10);
+        let (a, gen_a, _) = shard.schedule_once(once_payload(|| ()), 10);
         assert_eq!(shard.state_once(a, gen_a), Some(WAITING));
         assert!(shard.cancel_once(a, gen_a).is_some());
         assert_eq!(shard.state_once(a, gen_a), Some(CANCELLED));
-        let (b, gen_b, _) = shard.schedule_once(Box::new(|| ()), 10);
+        let (b, gen_b, _) = shard.schedule_once(once_payload(|| ()), 10);
         assert_eq!(a, b, "LIFO reuse of the freed entry");
         assert_ne!(gen_a, gen_b);
         assert!(
@@ -786,7 +775,7 @@ mod tests {
     fn finished_records_are_sized_when_scheduling_not_when_firing() {
         let mut shard = Shard::new(7);
         let handles: Vec<(u32, u32, bool)> = (0..5_000u64)
-            .map(|i| shard.schedule_once(Box::new(|| ()), 10 + i % 100))
+            .map(|i| shard.schedule_once(once_payload(|| ()), 10 + i % 100))
             .collect();
         let sized = shard.finished.len();
         assert!(sized >= 5_000, "finished sized to {sized} while scheduling");
@@ -840,7 +829,7 @@ mod tests {
             want[tick as usize] += 1;
             let fired = std::sync::Arc::clone(&fired);
             shard.schedule_once(
-                Box::new(move || {
+                once_payload(move || {
                     fired.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }),
                 tick,
@@ -862,7 +851,7 @@ mod tests {
                     last_tick = fire.tick;
                     got[fire.tick as usize] += 1;
                     if let Work::Once(f) = fire.work {
-                        f();
+                        f.run();
                     }
                 }
                 if !more {
@@ -875,7 +864,7 @@ mod tests {
                     if extra.is_none() {
                         let fired = std::sync::Arc::clone(&fired);
                         let tick = shard.wheel.now().max(now) + 1;
-                        let f: Box<dyn FnOnce() + Send> = Box::new(move || {
+                        let f = once_payload(move || {
                             fired.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         });
                         let (i, gen, _) = shard.schedule_once(f, tick);

@@ -5,6 +5,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::interval::MissedTickBehavior;
+use crate::payload::Payload;
 
 /// What a batch of runs did to the shared counters, applied once by `Inner::settle`.
 #[derive(Debug, Default)]
@@ -85,7 +86,7 @@ pub struct PendingTask {
 }
 
 impl PendingTask {
-    pub(crate) fn once(deadline: Instant, f: Box<dyn FnOnce() + Send>) -> Self {
+    pub(crate) fn once(deadline: Instant, f: Payload) -> Self {
         PendingTask {
             deadline,
             kind: PendingKind::Once(f),
@@ -104,7 +105,7 @@ impl PendingTask {
 }
 
 enum PendingKind {
-    Once(Box<dyn FnOnce() + Send>),
+    Once(Payload),
     Repeating {
         f: Box<dyn FnMut() + Send>,
         period: Duration,
@@ -130,7 +131,7 @@ impl PendingTask {
     /// Runs the callback once, on the calling thread.
     pub fn run(self) {
         match self.kind {
-            PendingKind::Once(f) => f(),
+            PendingKind::Once(f) => f.run(),
             PendingKind::Repeating { mut f, .. } => f(),
         }
     }

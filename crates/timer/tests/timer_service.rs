@@ -178,7 +178,8 @@ fn cancel_after_the_run_returns_false() {
 fn stop_returns_every_task_that_never_ran_sorted_by_deadline() {
     let (timer, clock) = manual(1);
     let ran = Arc::new(AtomicUsize::new(0));
-    for s in [30u64, 10, 20] {
+    for s in [30u64, 10] {
+        // Captures 8 bytes: stored inline in the wheel entry.
         let ran = Arc::clone(&ran);
         timer
             .schedule(Duration::from_secs(s), move || {
@@ -186,6 +187,13 @@ fn stop_returns_every_task_that_never_ran_sorted_by_deadline() {
             })
             .expect("schedule");
     }
+    // Captures 40 bytes: boxed.
+    let (big_ran, pad) = (Arc::clone(&ran), [1usize; 4]);
+    timer
+        .schedule(Duration::from_secs(20), move || {
+            big_ran.fetch_add(pad.iter().sum::<usize>() - 3, Ordering::SeqCst);
+        })
+        .expect("schedule");
     let start = clock.now();
     let left = timer.stop();
     assert_eq!(left.len(), 3);
