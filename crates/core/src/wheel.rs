@@ -802,16 +802,51 @@ impl<T> Wheel<T> {
     }
 
     /// [`file`](Self::file) into a given slot.
+    ///
+    /// The common case is inline: the slot already holds items and its tail chunk has
+    /// room, so filing is the order bookkeeping and one `u32` store. A slot's first item
+    /// and a new tail chunk (1 filing in 15) take [`file_cold`](Self::file_cold). The
+    /// horizon is lowered only there, when a slot becomes occupied: an occupied slot's
+    /// start is already at or after it (it is a lower bound of every occupied slot's start).
     #[inline]
     fn file_in(&mut self, index: u32, deadline: Tick, level: usize, slot: usize) -> NonZeroU32 {
+        let lvl = &mut self.levels[level];
+        let chain = &mut lvl.chains[slot];
+        // An empty chain's `end` is `WORDS` (`Chain::EMPTY`), so one test covers both.
+        if chain.end == WORDS {
+            return self.file_cold(index, deadline, level, slot);
+        }
+        debug_assert!(chain.items != 0, "an empty chain with room");
+        debug_assert!(
+            self.horizon <= deadline & START_MASK[level],
+            "horizon after an occupied slot"
+        );
+        if deadline <= lvl.min[slot] {
+            // Below every deadline in the slot, even if `min` was only a lower bound.
+            lvl.min[slot] = deadline;
+            lvl.exact_at[slot] = self.cancels;
+        }
+        if deadline < lvl.last[slot] {
+            lvl.unsorted.set(slot);
+        } else {
+            lvl.last[slot] = deadline;
+        }
+        chain.items += 1;
+        self.pool.append(chain, index)
+    }
+
+    /// [`file_in`](Self::file_in) when the slot is empty or its tail chunk is full.
+    #[cold]
+    #[inline(never)]
+    fn file_cold(&mut self, index: u32, deadline: Tick, level: usize, slot: usize) -> NonZeroU32 {
         if self.pool.exhausted() {
             self.compact_all();
         }
-        // The slot's start: the deadline without its digits below `level`.
-        self.horizon = self.horizon.min(deadline & START_MASK[level]);
         let lvl = &mut self.levels[level];
         let chain = &mut lvl.chains[slot];
         if chain.items == 0 {
+            // The slot's start: the deadline without its digits below `level`.
+            self.horizon = self.horizon.min(deadline & START_MASK[level]);
             lvl.occupied.set(slot);
             lvl.unsorted.clear(slot);
             lvl.scanned.clear(slot);
@@ -820,8 +855,8 @@ impl<T> Wheel<T> {
             lvl.last[slot] = deadline;
             self.nonempty |= 1 << level;
         } else {
+            debug_assert!(self.horizon <= deadline & START_MASK[level]);
             if deadline <= lvl.min[slot] {
-                // Below every deadline in the slot, even if `min` was only a lower bound.
                 lvl.min[slot] = deadline;
                 lvl.exact_at[slot] = self.cancels;
             }
