@@ -8,7 +8,7 @@ use core::mem;
 use core::num::NonZeroU32;
 
 use crate::entry::{at, Entry, Timer, TimerKey, NIL, NO_POS};
-use crate::level::Level;
+use crate::level::{Level, UNSORTED};
 use crate::pool::{addr, Chain, Pool, ITEMS, WORDS};
 use crate::tick::{level_for, slot_for, slot_start, Tick, BITS_PER_LEVEL, NUM_LEVELS, SLOTS};
 use crate::InsertError;
@@ -126,6 +126,9 @@ pub struct Wheel<T> {
     /// `pre_window >> 8` while a window is staged (not moving), else `u64::MAX` (no
     /// deadline's high digits): [`place`](Self::place) tests one integer.
     staged_block: u64,
+    /// `true` while a window is staged or a cascade is paused: filing then needs
+    /// [`place`](Self::place)'s and the paused cascade's checks. One flag for the hot path.
+    odd: bool,
 }
 
 /// What one [`Wheel::poll_budgeted`] call did.
@@ -218,6 +221,7 @@ impl<T> Wheel<T> {
             pre_window: 0,
             pre_moving: false,
             staged_block: u64::MAX,
+            odd: false,
         }
     }
 
@@ -303,13 +307,12 @@ impl<T> Wheel<T> {
     /// [`InsertError`] (holding `value`) if 2³⁰ timers are pending.
     #[inline]
     pub fn try_insert(&mut self, deadline: Tick, value: T) -> Result<TimerKey, InsertError<T>> {
-        if self.len >= MAX_TIMERS {
-            return Err(InsertError(value));
-        }
         let deadline = deadline.max(self.elapsed);
-        self.len += 1;
-        self.pressure -= 3;
         if self.free != NIL {
+            // A vacant entry: fewer than `entries.len() <= MAX_TIMERS` timers are pending.
+            debug_assert!(self.len < MAX_TIMERS);
+            self.len += 1;
+            self.pressure -= 3;
             let index = self.free;
             // Filed before the entry is written: until then any item naming it is garbage.
             let pos = self.file(index, deadline);
@@ -328,6 +331,12 @@ impl<T> Wheel<T> {
             self.bound_garbage();
             Ok(TimerKey { index, gen })
         } else {
+            // Every entry is occupied: the slab grows, up to `MAX_TIMERS` entries.
+            if self.len >= MAX_TIMERS {
+                return Err(InsertError(value));
+            }
+            self.len += 1;
+            self.pressure -= 3;
             let index = self.entries.len() as u32;
             let gen = self.fresh_gen;
             self.entries.push(Entry::Occupied(Timer {
@@ -778,6 +787,21 @@ impl<T> Wheel<T> {
     #[inline]
     fn file(&mut self, index: u32, deadline: Tick) -> NonZeroU32 {
         self.next = self.next.min(deadline);
+        debug_assert_eq!(
+            self.odd,
+            self.cascade_level != 0 || self.staged_block != u64::MAX
+        );
+        if !self.odd {
+            let level = level_for(self.elapsed, deadline);
+            return self.file_in(index, deadline, level, slot_for(deadline, level));
+        }
+        self.file_odd(index, deadline)
+    }
+
+    /// [`file`](Self::file) while a window is staged or a cascade is paused.
+    #[cold]
+    #[inline(never)]
+    fn file_odd(&mut self, index: u32, deadline: Tick) -> NonZeroU32 {
         let (level, slot) = self.place(deadline);
         if level < self.cascade_level {
             // The window of a paused cascade (its slot's levels below): filed at the tail of
@@ -826,11 +850,12 @@ impl<T> Wheel<T> {
             lvl.min[slot] = deadline;
             lvl.exact_at[slot] = self.cancels;
         }
-        if deadline < lvl.last[slot] {
-            lvl.unsorted.set(slot);
+        // Out of order: the slot is unsorted (`UNSORTED`) from now on.
+        lvl.last[slot] = if deadline < lvl.last[slot] {
+            UNSORTED
         } else {
-            lvl.last[slot] = deadline;
-        }
+            deadline
+        };
         chain.items += 1;
         self.pool.append(chain, index)
     }
@@ -848,7 +873,6 @@ impl<T> Wheel<T> {
             // The slot's start: the deadline without its digits below `level`.
             self.horizon = self.horizon.min(deadline & START_MASK[level]);
             lvl.occupied.set(slot);
-            lvl.unsorted.clear(slot);
             lvl.scanned.clear(slot);
             lvl.min[slot] = deadline;
             lvl.exact_at[slot] = self.cancels;
@@ -860,11 +884,11 @@ impl<T> Wheel<T> {
                 lvl.min[slot] = deadline;
                 lvl.exact_at[slot] = self.cancels;
             }
-            if deadline < lvl.last[slot] {
-                lvl.unsorted.set(slot);
+            lvl.last[slot] = if deadline < lvl.last[slot] {
+                UNSORTED
             } else {
-                lvl.last[slot] = deadline;
-            }
+                deadline
+            };
         }
         chain.items += 1;
         self.pool.push(chain, index)
@@ -985,7 +1009,7 @@ impl<T> Wheel<T> {
                 self.next = lvl.min[slot];
                 return;
             }
-            let live = if !lvl.unsorted.get(slot) {
+            let live = if lvl.last[slot] != UNSORTED {
                 self.first_live(level, slot) && {
                     self.exact_head_min(level, slot);
                     true
@@ -1067,6 +1091,7 @@ impl<T> Wheel<T> {
         );
         self.cascade_level = level;
         self.cascade_slot = slot;
+        self.odd = true;
     }
 
     /// Completes a cascade paused by [`poll_budgeted`](Self::poll_budgeted), if any.
@@ -1162,6 +1187,7 @@ impl<T> Wheel<T> {
         } else {
             u64::MAX
         };
+        self.odd = self.cascade_level != 0 || self.staged_block != u64::MAX;
     }
 
     /// `true` if `(level, slot)` (from [`front`](Self::front)) is the pre-cascaded window:
@@ -1257,6 +1283,7 @@ impl<T> Wheel<T> {
             if chain.items == 0 {
                 self.empty_slot(level, slot);
                 self.cascade_level = 0;
+                self.odd = self.staged_block != u64::MAX;
                 return true;
             }
             if *budget == 0 && moved {
@@ -1477,9 +1504,9 @@ impl<T> Wheel<T> {
         self.scratch = scratch;
         let lvl = &mut self.levels[level];
         lvl.min[slot] = min;
+        // Sorted now (unless `max` is `Tick::MAX`, which reads as `UNSORTED`: only slower).
         lvl.last[slot] = max;
         lvl.exact_at[slot] = self.cancels;
-        lvl.unsorted.clear(slot);
         lvl.scanned.clear(slot);
         true
     }
@@ -1560,6 +1587,7 @@ impl<T> Wheel<T> {
         self.pool.clear();
         self.cascade_level = 0;
         self.set_pre(0, false);
+        self.odd = false;
         self.nonempty = 0;
         self.horizon = Tick::MAX;
         self.next = Tick::MAX;
