@@ -1258,14 +1258,12 @@ impl<T> Wheel<T> {
             }
             self.pool.free_one(chunk);
             *budget = budget.saturating_sub((end - word) as usize);
-            for word in word..end {
-                if live & (1 << word) != 0 {
-                    let deadline = deadlines[(word & (WORDS - 1)) as usize];
-                    debug_assert!(deadline.wrapping_sub(self.pre_window) < SLOTS as u64);
-                    let index = words[(word & (WORDS - 1)) as usize];
-                    let pos = self.file_in(index, deadline, STAGE, slot_for(deadline, 0));
-                    self.set_pos(index, pos);
-                }
+            for w in live_words(live) {
+                let deadline = deadlines[w];
+                debug_assert!(deadline.wrapping_sub(self.pre_window) < SLOTS as u64);
+                let index = words[w];
+                let pos = self.file_in(index, deadline, STAGE, slot_for(deadline, 0));
+                self.set_pos(index, pos);
             }
         }
     }
@@ -1310,15 +1308,13 @@ impl<T> Wheel<T> {
             }
             self.pool.free_one(chunk);
             *budget = budget.saturating_sub((end - word) as usize);
-            for word in word..end {
-                if live & (1 << word) != 0 {
-                    let deadline = deadlines[(word & (WORDS - 1)) as usize];
-                    let to = level_for(self.elapsed, deadline);
-                    debug_assert!(to < level);
-                    let index = words[(word & (WORDS - 1)) as usize];
-                    let pos = self.file_in(index, deadline, to, slot_for(deadline, to));
-                    self.set_pos(index, pos);
-                }
+            for w in live_words(live) {
+                let deadline = deadlines[w];
+                let to = level_for(self.elapsed, deadline);
+                debug_assert!(to < level);
+                let index = words[w];
+                let pos = self.file_in(index, deadline, to, slot_for(deadline, to));
+                self.set_pos(index, pos);
             }
         }
     }
@@ -1401,11 +1397,8 @@ impl<T> Wheel<T> {
             // First every entry of the line (independent loads that overlap), then the moves.
             let mut deadlines = [0; WORDS as usize];
             let live = gather_live(entries, &words, read_chunk, read_word, end, &mut deadlines);
-            for word in read_word..end {
-                if live & (1 << word) == 0 {
-                    continue; // garbage
-                }
-                let w = (word & (WORDS - 1)) as usize;
+            // The live items only, in order: the garbage is skipped without a look.
+            for w in live_words(live) {
                 let index = words[w];
                 let Some(Entry::Occupied(timer)) = entries.get_mut(index as usize) else {
                     unreachable!("gathered as live")
@@ -1618,6 +1611,20 @@ fn gather_live<T>(
         }
     }
     live
+}
+
+/// The words set in a [`gather_live`] mask, in increasing order.
+#[inline]
+fn live_words(mut live: u32) -> impl Iterator<Item = usize> {
+    core::iter::from_fn(move || {
+        if live == 0 {
+            return None;
+        }
+        let w = live.trailing_zeros() as usize;
+        live &= live - 1;
+        // `& (WORDS - 1)`: a chunk's word; the mask drops a bounds check.
+        Some(w & (WORDS as usize - 1))
+    })
 }
 
 /// An item address or rank as a position (never 0: word 0 of a chunk is its link).
