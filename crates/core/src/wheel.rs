@@ -784,7 +784,7 @@ impl<T> Wheel<T> {
 
     /// Files entry `index`, due at `deadline`, at the tail of its slot and returns the new
     /// item's address, which the caller stores in the entry.
-    #[inline]
+    #[inline(always)]
     fn file(&mut self, index: u32, deadline: Tick) -> NonZeroU32 {
         self.next = self.next.min(deadline);
         debug_assert_eq!(
