@@ -150,8 +150,9 @@
 //! - **Cancel**: the timer's own entry, nothing else: not its slot, not even its slot's
 //!   counters (the wheel counts garbage as a whole). The item left in the slot is garbage,
 //!   dropped when the slot is reached; while the wheel's garbage exceeds 1.5 × its live
-//!   timers (+64), each insert compacts one slot, round-robin (reads each item's entry,
-//!   keeps the live ones in order, frees spare chunks). So garbage costs about 10.7 bytes per
+//!   timers (+64 items, or +4 per timer reserved with [`Wheel::with_capacity`] or
+//!   [`Wheel::reserve`], at most +4096), each insert compacts one slot, round-robin (reads
+//!   each item's entry, keeps the live ones in order, frees spare chunks). So garbage costs about 10.7 bytes per
 //!   live timer and ~1.67 entry reads per cancel, paid in a sequential pass whose reads do
 //!   not depend on each other. Cancelling the earliest timer is the exception: it looks
 //!   for the next one (see *Exact next deadline* above).

@@ -265,6 +265,10 @@ impl<T> Wheel<T> {
 
     /// Makes room for at least `additional` more timers than are pending now.
     ///
+    /// A small wheel that reserves room also keeps more cancelled timers' items before it
+    /// compacts its slots (4 per timer reserved, at most 4096 in all, beyond the 1.5 per
+    /// live timer every wheel allows): fewer reads per cancel, at most 17.5 KiB more.
+    ///
     /// # Panics
     ///
     /// If the new capacity overflows `usize` (as [`Vec::reserve`]).
