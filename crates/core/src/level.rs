@@ -10,7 +10,8 @@
 //! higher level covers `256^level` ticks, so each slot keeps `min`, a lower bound of its
 //! live deadlines:
 //! - filing a deadline lowers `min` if it is smaller (and then `min` is exact), and marks
-//!   the slot *unsorted* if it is smaller than the last deadline filed there;
+//!   the slot *unsorted* (`last = UNSORTED`) if it is smaller than the last deadline filed
+//!   there;
 //! - cancels do not touch the slot at all, so `min` may be a cancelled timer's deadline. It
 //!   is exact while the wheel's cancel count still equals the slot's `exact_at`.
 //!
@@ -84,12 +85,16 @@ impl Bits {
     }
 }
 
+/// `Level::last` of a slot whose items are not in deadline order. A sorted slot whose last
+/// deadline is `Tick::MAX` reads as unsorted too: it is then scanned or sorted when its
+/// minimum is needed, which is slower but exact (only the reverse mistake would be wrong).
+/// One value instead of a bit: filing writes `last` branch-free.
+pub(crate) const UNSORTED: Tick = Tick::MAX;
+
 #[derive(Clone, Debug)]
 pub(crate) struct Level {
     /// Bit `s` set: slot `s` holds at least one live timer.
     pub(crate) occupied: Bits,
-    /// Bit `s` set: slot `s`'s items are not in deadline order.
-    pub(crate) unsorted: Bits,
     /// Bit `s` set: slot `s` was repaired by a scan since it last became sorted or empty.
     pub(crate) scanned: Bits,
     /// A lower bound of each slot's live deadlines, exact while no timer has been cancelled
@@ -97,7 +102,8 @@ pub(crate) struct Level {
     pub(crate) min: [Tick; SLOTS],
     /// The wheel's cancel count (`Wheel::cancels`) when `min[s]` was last known exact.
     pub(crate) exact_at: [u64; SLOTS],
-    /// The largest deadline filed into each slot while it was sorted (the order check).
+    /// The largest deadline filed into each slot while its items are in deadline order (the
+    /// order check), or [`UNSORTED`] once one was filed out of order.
     pub(crate) last: [Tick; SLOTS],
     pub(crate) chains: [Chain; SLOTS],
 }
@@ -105,7 +111,6 @@ pub(crate) struct Level {
 impl Level {
     pub(crate) const EMPTY: Level = Level {
         occupied: Bits::EMPTY,
-        unsorted: Bits::EMPTY,
         scanned: Bits::EMPTY,
         min: [0; SLOTS],
         exact_at: [0; SLOTS],
@@ -122,7 +127,6 @@ impl Level {
     #[inline]
     pub(crate) fn set_empty(&mut self, slot: usize) {
         self.occupied.clear(slot);
-        self.unsorted.clear(slot);
         self.scanned.clear(slot);
         self.chains[slot] = Chain::EMPTY;
     }

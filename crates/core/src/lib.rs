@@ -142,12 +142,17 @@
 //! points back at it: that makes cancelling lazy.
 //!
 //! - **Insert**: the most recently freed slab entry (usually the one a cancel just touched,
-//!   still in cache), and one `u32` appended to the slot's tail chunk (hot: recently filed).
+//!   still in cache), and one `u32` appended to the slot's tail chunk (hot: recently filed),
+//!   plus the slot's chain fields, minimum and last deadline (one line shared by several
+//!   slots each). The common case (the slot is occupied and its tail chunk has room) is a
+//!   short inline path; a slot's first timer and a new tail chunk (1 filing in 15) take a
+//!   cold one (ADR 0015).
 //! - **Cancel**: the timer's own entry, nothing else: not its slot, not even its slot's
 //!   counters (the wheel counts garbage as a whole). The item left in the slot is garbage,
 //!   dropped when the slot is reached; while the wheel's garbage exceeds 1.5 × its live
-//!   timers (+64), each insert compacts one slot, round-robin (reads each item's entry,
-//!   keeps the live ones in order, frees spare chunks). So garbage costs about 10.7 bytes per
+//!   timers (+64 items, or +4 per timer reserved with [`Wheel::with_capacity`] or
+//!   [`Wheel::reserve`], at most +4096), each insert compacts one slot, round-robin (reads
+//!   each item's entry, keeps the live ones in order, frees spare chunks). So garbage costs about 10.7 bytes per
 //!   live timer and ~1.67 entry reads per cancel, paid in a sequential pass whose reads do
 //!   not depend on each other. Cancelling the earliest timer is the exception: it looks
 //!   for the next one (see *Exact next deadline* above).
@@ -162,9 +167,9 @@
 //! Where a churn op's time goes at N = 1e6 (cachegrind, per cancel + insert, the bench's
 //! harness included): 2.51 misses of the 1 MiB L2, of which 1.1 are the harness's own table,
 //! 0.98 the cancelled timer's entry and 0.24 the second line of an entry that straddles two
-//! (24-byte entries: 2 of every 8 do); 0.61 L1-only write misses on slots' tail chunks; ~125
-//! of ~280 instructions are the wheel's (mostly the insert: filing arithmetic, slot
-//! bookkeeping, chunk append).
+//! (24-byte entries: 2 of every 8 do); 0.56 L1-only write misses on slots' tail chunks; ~120
+//! of ~222 instructions are the wheel's (the cancel ~22, the rest the insert: placement,
+//! slot bookkeeping, chunk append, entry write; ADR 0015).
 //!
 //! The first design threaded doubly linked lists through the entries: a cancel touched three
 //! random cache lines and a cascade chased one dependent pointer per timer. ADR 0004 records

@@ -173,6 +173,20 @@ impl Pool {
         self.chunks[chunk as usize].0[word as usize] = index;
     }
 
+    /// [`push`](Self::push) when the chain's tail chunk has room (`chain.end < WORDS`).
+    #[inline]
+    pub(crate) fn append(&mut self, chain: &mut Chain, index: u32) -> NonZeroU32 {
+        debug_assert!(chain.head != NIL && chain.end < WORDS);
+        let word = chain.end;
+        // `& (WORDS - 1)`: the word is below WORDS here; the mask drops a bounds check.
+        self.chunks[chain.tail as usize].0[(word & (WORDS - 1)) as usize] = index;
+        chain.end = word + 1;
+        match NonZeroU32::new(addr(chain.tail, word)) {
+            Some(pos) => pos,
+            None => unreachable!("word 0 holds the link, never an item"),
+        }
+    }
+
     /// Appends `index` to `chain` and returns the new item's address. Does not touch the
     /// chain's counters.
     ///

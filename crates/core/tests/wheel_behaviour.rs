@@ -232,6 +232,17 @@ fn cancelling_earliest_of_an_unsorted_slot_stays_exact() {
 /// and polls that cascade crowded slots. Every poll, `next_deadline` and `len` must agree.
 #[test]
 fn crowded_slots_with_garbage_match_a_model() {
+    check_crowded_slots_with_garbage(Wheel::new());
+}
+
+/// The same with a wheel that reserved room: `reserve` raises the garbage it allows beyond
+/// 1.5 per timer from 64 items to 4000 here, so its compactions come at other times.
+#[test]
+fn crowded_slots_with_garbage_match_a_model_after_reserve() {
+    check_crowded_slots_with_garbage(Wheel::with_capacity(1_000));
+}
+
+fn check_crowded_slots_with_garbage(mut wheel: Wheel<u64>) {
     use std::collections::{BTreeMap, HashMap};
 
     let mut state = 0x5EED_u64;
@@ -242,7 +253,6 @@ fn crowded_slots_with_garbage_match_a_model() {
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         ((u128::from(z ^ (z >> 31)) * u128::from(n)) >> 64) as u64
     };
-    let mut wheel: Wheel<u64> = Wheel::new();
     let mut model: BTreeMap<(u64, u64), u64> = BTreeMap::new();
     let mut live: HashMap<u64, ((u64, u64), TimerKey)> = HashMap::new();
     let mut order: Vec<u64> = Vec::new(); // values, for picking victims
