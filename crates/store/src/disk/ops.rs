@@ -131,8 +131,11 @@ impl DiskStore {
                 let seq = ws.log_seq + 1;
                 b.insert(&s.meta, META_WAL_SEQ, seq.to_be_bytes());
                 let record = encode_record(seq, &encode_changes(batch));
-                match log.room(record.len()) {
-                    Room::TooLarge => {
+                let room = record
+                    .as_ref()
+                    .map_or(Room::TooLarge, |r| log.room(r.len()));
+                let record = match (room, record) {
+                    (Room::TooLarge, _) | (_, None) => {
                         // Larger than a segment: fjall's journal, synced, carries it (and
                         // every earlier commit with it).
                         s.write(b, bytes)?;
@@ -140,16 +143,17 @@ impl DiskStore {
                         ws.log_seq = seq;
                         return Self::written(ws, &p, jobs_end, new_counts, new_next);
                     }
-                    Room::NextSegment { needs_durable }
+                    (Room::NextSegment { needs_durable }, Some(record))
                         if needs_durable > s.log_durable.load(Ordering::Acquire) =>
                     {
                         // The background sync of fjall has not covered the segment to be
                         // overwritten yet: sync here (every earlier commit is in fjall).
                         s.persist_all()?;
                         s.log_durable.fetch_max(ws.log_seq, Ordering::AcqRel);
+                        record
                     }
-                    Room::NextSegment { .. } | Room::Here => {}
-                }
+                    (Room::NextSegment { .. } | Room::Here, Some(record)) => record,
+                };
                 s.admit(bytes)?;
                 let switched = match log.append(seq, &record) {
                     Ok(switched) => switched,
