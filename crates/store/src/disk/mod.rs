@@ -672,7 +672,7 @@ impl Inner {
     fn write(&self, batch: Batch, bytes: u64) -> Result<(), StoreError> {
         self.admit(bytes)?;
         let result = self.write_unchecked(batch, self.mode());
-        self.space.refresh();
+        self.space.spent(bytes);
         result
     }
 

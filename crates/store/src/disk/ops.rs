@@ -164,7 +164,7 @@ impl DiskStore {
                     }
                 };
                 let written = s.write_unchecked(b, PersistMode::Buffer);
-                s.space.refresh();
+                s.space.spent(bytes);
                 written?;
                 ws.log_seq = seq;
                 if switched {
