@@ -4,8 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use std::sync::atomic::Ordering;
-
 use fjall::PersistMode;
 
 use super::{be_u64, DiskStore, META_DELAYED, META_NEXT_ID, META_WAL_SEQ};
@@ -139,17 +137,17 @@ impl DiskStore {
                         // Larger than a segment: fjall's journal, synced, carries it (and
                         // every earlier commit with it).
                         s.write(b, bytes)?;
-                        s.log_durable.fetch_max(seq, Ordering::AcqRel);
+                        s.log_durable.cover(seq);
                         ws.log_seq = seq;
                         return Self::written(ws, &p, jobs_end, new_counts, new_next);
                     }
                     (Room::NextSegment { needs_durable }, Some(record))
-                        if needs_durable > s.log_durable.load(Ordering::Acquire) =>
+                        if !s.log_durable.may_overwrite(needs_durable) =>
                     {
                         // The background sync of fjall has not covered the segment to be
                         // overwritten yet: sync here (every earlier commit is in fjall).
                         s.persist_all()?;
-                        s.log_durable.fetch_max(ws.log_seq, Ordering::AcqRel);
+                        s.log_durable.cover(ws.log_seq);
                         record
                     }
                     (Room::NextSegment { .. } | Room::Here, Some(record)) => record,

@@ -39,6 +39,7 @@
 //!   does not check (torn, zeros, stale bytes cut in the middle).
 
 pub mod codec;
+pub mod recycle;
 
 use std::fs::{self, File};
 use std::io;
