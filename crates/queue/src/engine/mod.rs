@@ -149,10 +149,11 @@ pub struct Engine {
     config: Config,
     wheel: Wheel<Timer>,
     /// Every job in memory, by id. A B-tree, not a hash map: a hash map doubles its table
-    /// in one insert, and at 114 688 jobs that rehash moved ~20 MB under the engine lock
-    /// (a 22 MB `munmap` of the old table, 50–150 ms with no command served: the pipelined
-    /// ack tail of issue 8, see `docs/decisions/0015-ack-tail-and-commit-cpu.md`); a B-tree
-    /// grows one node at a time. Ids are handed out in order, so inserts go to its right edge.
+    /// in one insert, and at 114 688 jobs that rehash moved ~20 MB under the engine lock (a
+    /// 22 MB `munmap` of the old table; under `strace` the commit path's two longest idle gaps
+    /// of a pipelined run, 138 and 150 ms, ended right after it; see
+    /// `docs/decisions/0015-ack-tail-and-commit-cpu.md`). A B-tree grows one node at a time;
+    /// ids are handed out in order, so inserts go to its right edge.
     jobs: BTreeMap<JobId, Job>,
     tubes: Vec<Option<Tube>>,
     tube_ids: HashMap<TubeName, TubeId>,
