@@ -16,9 +16,10 @@
 //! - [`SpaceGuard::check`], the *admission* check, asked before an operation runs (the server
 //!   asks through [`Store::writable`](crate::Store::writable) before it lets a command change
 //!   the engine): free space, less the bytes the caller says it is about to write, must stay at
-//!   or above the reserve. An acceptance may rest on a cached reading (refreshed after each
-//!   commit, and when older than [`REFRESH`]), so it costs a clock read on the hot path; a
-//!   refusal always rests on a fresh one, so space freed by an operator is seen at once.
+//!   or above the reserve. An acceptance may rest on a cached reading (taken by each
+//!   commit's backstop, less the bytes it wrote, and read again when older than
+//!   [`REFRESH`]), so it costs a clock read on the hot path; a refusal always rests on a fresh
+//!   one, so space freed by an operator is seen at once.
 //!   A refusal is [`StoreError::LowSpace`]: nothing was applied and nothing is poisoned;
 //!   once space returns, the next check passes.
 //! - [`SpaceGuard::check_commit`], the *backstop*, right before the engine writes a batch,
@@ -169,11 +170,18 @@ impl SpaceGuard {
         Ok(())
     }
 
-    /// Reads free space again (after a commit, so the next admission sees what it took).
-    pub(crate) fn refresh(&self) {
+    /// Counts `bytes` just written (after a commit) against the cached reading, so the next
+    /// admission sees what the commit took without a second `statvfs`: the commit's backstop
+    /// ([`check_commit`](SpaceGuard::check_commit)) read free space moments before, and a
+    /// buffered write may not even be allocated yet, so a reading now would see no less.
+    /// The next commit's backstop (or the [`REFRESH`] age) replaces the estimate with a
+    /// reading.
+    pub(crate) fn spent(&self, bytes: u64) {
         if self.min_free > 0 {
-            // A failed reading leaves the old value; the next check reads again.
-            let _ = self.read();
+            let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((_, free)) = cached.as_mut() {
+                *free = free.saturating_sub(bytes);
+            }
         }
     }
 }
@@ -241,11 +249,21 @@ mod tests {
         assert!(g.check(0).is_ok());
         free.store(0, Ordering::Relaxed);
         assert!(g.check(0).is_ok(), "cached reading within the refresh time");
-        g.refresh();
+        free.store(5000, Ordering::Relaxed);
+        assert!(g.check_commit(3000).is_ok(), "the backstop reads afresh");
+        // The commit took the space; the guard counts it without reading again.
+        free.store(1200, Ordering::Relaxed);
+        g.spent(3000);
         assert!(
-            g.check(0).is_err(),
-            "refresh (after a commit) sees the full disk"
+            g.check(1500).is_err(),
+            "the bytes a commit spent count against the cached reading"
         );
+        free.store(5000, Ordering::Relaxed);
+        assert!(g.check(1500).is_ok(), "a refusal reads afresh");
+        g.spent(3000);
+        assert!(g.check(1000).is_ok(), "the estimate alone still has room");
+        free.store(0, Ordering::Relaxed);
+        assert!(g.check_commit(0).is_err(), "the next backstop reads afresh");
         free.store(5000, Ordering::Relaxed);
         assert!(g.check(0).is_ok(), "a refusal reads afresh first");
         free.store(0, Ordering::Relaxed);

@@ -95,6 +95,12 @@ struct Cli {
     /// (from `/metrics`: `tickwheel_commit_duration_seconds`).
     #[arg(long)]
     commit_stats: bool,
+    /// Throughput, sync and pipelined: report, per phase, the server's CPU time per operation
+    /// (all its threads, from `/proc/PID/task/*/schedstat`, split by thread name), its minor
+    /// page faults per operation and how often its threads were put on a CPU (from
+    /// `/proc/PID/stat`): measures that do not depend on how busy the machine is.
+    #[arg(long)]
+    cpu: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -557,6 +563,88 @@ async fn commit_report(
     ))
 }
 
+/// A snapshot of a server process's CPU use: per thread name (digits dropped, so tokio's
+/// numbered workers add up), nanoseconds on a CPU and times scheduled onto one; and the
+/// process's minor page faults (of live and exited threads).
+#[derive(Default)]
+struct CpuSnap {
+    threads: HashMap<String, (u64, u64)>,
+    minflt: u64,
+}
+
+impl CpuSnap {
+    fn take(pid: u32) -> CpuSnap {
+        let mut snap = CpuSnap::default();
+        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            // Fields after the command name, which ends at the last ')': minflt is field 10.
+            if let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) {
+                snap.minflt = rest
+                    .split_whitespace()
+                    .nth(7)
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+            }
+        }
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return snap;
+        };
+        for task in tasks.flatten() {
+            let path = task.path();
+            let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+            let name: String = name
+                .trim()
+                .chars()
+                .filter(|c| !c.is_ascii_digit())
+                .collect();
+            let sched = std::fs::read_to_string(path.join("schedstat")).unwrap_or_default();
+            let mut f = sched
+                .split_whitespace()
+                .map(|v| v.parse::<u64>().unwrap_or(0));
+            let (run, _wait, slices) = (
+                f.next().unwrap_or(0),
+                f.next().unwrap_or(0),
+                f.next().unwrap_or(0),
+            );
+            let e = snap.threads.entry(name).or_default();
+            e.0 += run;
+            e.1 += slices;
+        }
+        snap
+    }
+
+    /// What the process used between `self` and `later`, per operation: CPU µs in total and
+    /// per thread name (the largest first), times on a CPU, minor faults.
+    fn report(&self, later: &CpuSnap, ops: usize) -> String {
+        let ops = ops.max(1) as f64;
+        let mut per: Vec<(String, f64, f64)> = later
+            .threads
+            .iter()
+            .map(|(name, &(run, slices))| {
+                let (r0, s0) = self.threads.get(name).copied().unwrap_or((0, 0));
+                (
+                    name.clone(),
+                    run.saturating_sub(r0) as f64 / 1000.0 / ops,
+                    slices.saturating_sub(s0) as f64 / ops,
+                )
+            })
+            .collect();
+        per.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let total: f64 = per.iter().map(|p| p.1).sum();
+        let slices: f64 = per.iter().map(|p| p.2).sum();
+        let parts: Vec<String> = per
+            .iter()
+            .filter(|p| p.1 >= 0.05)
+            .take(4)
+            .map(|p| format!("{} {:.1}", p.0, p.1))
+            .collect();
+        format!(
+            " [cpu {total:.1} µs/op ({}), on-cpu {slices:.2}/op, minflt {:.2}/op]",
+            parts.join(", "),
+            later.minflt.saturating_sub(self.minflt) as f64 / ops
+        )
+    }
+}
+
 /// Runs `per_conn` iterations of `op` on each of `conns` connections (spread over `addrs` in
 /// turn); ops/s over all of them.
 async fn phase<F, Fut>(
@@ -618,6 +706,7 @@ async fn throughput(cli: &Cli) -> anyhow::Result<()> {
                 Some(http) => Some(commit_totals(http).await?),
                 None => None,
             };
+            let cpu0 = cli.cpu.then(|| CpuSnap::take(server.pid()));
             let b = body.clone();
             let (cyc, ncyc) = phase(
                 &server.addrs,
@@ -642,11 +731,15 @@ async fn throughput(cli: &Cli) -> anyhow::Result<()> {
             )
             .await
             .with_context(|| format!("{} cycles", t.name()))?;
-            let cycle_commits = commit_report(&server, totals, ncyc, cyc).await?;
+            let mut cycle_commits = commit_report(&server, totals, ncyc, cyc).await?;
+            if let Some(c0) = &cpu0 {
+                cycle_commits += &c0.report(&CpuSnap::take(server.pid()), ncyc);
+            }
             let totals = match server.http {
                 Some(http) => Some(commit_totals(http).await?),
                 None => None,
             };
+            let cpu0 = cli.cpu.then(|| CpuSnap::take(server.pid()));
             let b = body.clone();
             let (pps, nput) = phase(
                 &server.addrs,
@@ -667,7 +760,10 @@ async fn throughput(cli: &Cli) -> anyhow::Result<()> {
             )
             .await
             .with_context(|| format!("{} puts", t.name()))?;
-            let put_commits = commit_report(&server, totals, nput, pps).await?;
+            let mut put_commits = commit_report(&server, totals, nput, pps).await?;
+            if let Some(c0) = &cpu0 {
+                put_commits += &c0.report(&CpuSnap::take(server.pid()), nput);
+            }
             println!(
                 "run {run} {:<30} cycles/s {cyc:>9.0} ({ncyc} cycles, {:>9.0} ops/s){cycle_commits}  puts/s {pps:>9.0} ({nput}){put_commits}",
                 t.name(),
@@ -1177,6 +1273,7 @@ async fn sync(cli: &Cli) -> anyhow::Result<()> {
             let server = Server::start(cli, t).await?;
             let mut c = Conn::connect(server.addr).await?;
             let mut lat = Vec::with_capacity(cli.sync_puts);
+            let cpu0 = cli.cpu.then(|| CpuSnap::take(server.pid()));
             let deadline = Instant::now() + Duration::from_secs(cli.phase_limit);
             for _ in 0..cli.sync_puts {
                 let s = Instant::now();
@@ -1186,9 +1283,12 @@ async fn sync(cli: &Cli) -> anyhow::Result<()> {
                     break;
                 }
             }
+            let cpu = cpu0.map_or(String::new(), |c0| {
+                c0.report(&CpuSnap::take(server.pid()), lat.len())
+            });
             let (p50, p99, _, max) = dist(&mut lat);
             println!(
-                "run {run} {:<30} p50 {p50:>7.3} ms  p99 {p99:>7.3} ms  max {max:>7.3} ms  ({} puts)",
+                "run {run} {:<30} p50 {p50:>7.3} ms  p99 {p99:>7.3} ms  max {max:>7.3} ms  ({} puts){cpu}",
                 t.name(),
                 lat.len()
             );
@@ -1293,6 +1393,7 @@ async fn pipelined(cli: &Cli) -> anyhow::Result<()> {
                 Some(http) => Some(commit_totals(http).await?),
                 None => None,
             };
+            let cpu0 = cli.cpu.then(|| CpuSnap::take(server.pid()));
             let deadline = Instant::now() + Duration::from_secs(cli.phase_limit);
             let start = Instant::now();
             let set = tokio::task::LocalSet::new();
@@ -1319,7 +1420,10 @@ async fn pipelined(cli: &Cli) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("pipelined on {}", t.name()))?;
             let rate = lat.len() as f64 / start.elapsed().as_secs_f64();
-            let commits = commit_report(&server, totals, lat.len(), rate).await?;
+            let mut commits = commit_report(&server, totals, lat.len(), rate).await?;
+            if let Some(c0) = &cpu0 {
+                commits += &c0.report(&CpuSnap::take(server.pid()), lat.len());
+            }
             let (p50, p99, p999, max) = dist(&mut lat);
             println!(
                 "run {run} {:<30} puts/s {rate:>9.0}  ack p50 {p50:>7.2} ms  p99 {p99:>7.2} ms  p99.9 {p999:>7.2} ms  max {max:>7.2} ms  ({} puts){commits}",

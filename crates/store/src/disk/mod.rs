@@ -32,7 +32,7 @@
 //! tables agree on everything acknowledged).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -188,7 +188,7 @@ pub struct DiskStore {
     flusher: Option<JoinHandle<()>>,
     /// With a log: asks the persist thread to make fjall durable up to a sequence number
     /// (dropping it stops the thread).
-    persist: Option<mpsc::Sender<u64>>,
+    persist: Option<crate::wal::recycle::Sender<u64>>,
     persister: Option<JoinHandle<()>>,
 }
 
@@ -231,7 +231,7 @@ struct Inner {
     dirty: AtomicBool,
     /// Every log record up to this sequence number is durable in fjall (its segment may be
     /// overwritten).
-    log_durable: AtomicU64,
+    log_durable: crate::wal::recycle::Covered,
     /// One store per directory; last, so it is released after the engine is dropped.
     _lock: crate::lock::DirLock,
 }
@@ -309,7 +309,7 @@ impl DiskStore {
             write_lock: Mutex::new(WriteState::default()),
             poison: Mutex::new(None),
             dirty: AtomicBool::new(false),
-            log_durable: AtomicU64::new(0),
+            log_durable: crate::wal::recycle::Covered::new(0),
             space: SpaceGuard::new(&dir, source, options.min_free_bytes, refresh),
             write_buffer: options.max_write_buffer_bytes,
             dir,
@@ -352,7 +352,7 @@ impl DiskStore {
         };
         store.replay(replay)?;
         if create {
-            let (tx, rx) = mpsc::channel::<u64>();
+            let (tx, rx) = crate::wal::recycle::channel::<u64>();
             let inner = Arc::clone(&store.inner);
             let handle = std::thread::Builder::new()
                 .name("tickwheel-store-persist".into())
@@ -390,7 +390,7 @@ impl DiskStore {
         // Also covers what fjall has only in the page cache (written before a process crash
         // and not synced): the log is about to overwrite the records that hold it.
         s.persist_all()?;
-        s.log_durable.store(ws.log_seq, Ordering::Release);
+        s.log_durable.cover(ws.log_seq);
         Ok(())
     }
 
@@ -408,7 +408,7 @@ impl DiskStore {
             return Err(p);
         }
         s.persist_all()?;
-        s.log_durable.fetch_max(ws.log_seq, Ordering::AcqRel);
+        s.log_durable.cover(ws.log_seq);
         Ok(())
     }
 
@@ -469,21 +469,14 @@ fn periodic_fsync(inner: &Inner, stop: &mpsc::Receiver<()>, every: Duration) {
 
 /// The persist thread of a store with a log: on request, syncs fjall (everything committed
 /// so far) and records the sequence number it covers, so the log may overwrite a segment
-/// without waiting for that sync on a commit.
-fn persist_thread(inner: &Inner, requests: &mpsc::Receiver<u64>) {
-    while let Ok(mut upto) = requests.recv() {
-        while let Ok(more) = requests.try_recv() {
-            upto = upto.max(more);
-        }
-        if inner.poisoned().is_some() {
-            return;
-        }
-        // Every commit up to `upto` was written to fjall before the request was sent.
-        if inner.persist_all().is_err() {
-            return;
-        }
-        inner.log_durable.fetch_max(upto, Ordering::AcqRel);
-    }
+/// without waiting for that sync on a commit (see [`crate::wal::recycle`]).
+fn persist_thread(inner: &Inner, requests: &crate::wal::recycle::Receiver<u64>) {
+    crate::wal::recycle::persist_loop(
+        requests,
+        &inner.log_durable,
+        || inner.poisoned().is_some(),
+        || inner.persist_all(),
+    );
 }
 
 /// The log's directory in a data directory.
@@ -672,7 +665,7 @@ impl Inner {
     fn write(&self, batch: Batch, bytes: u64) -> Result<(), StoreError> {
         self.admit(bytes)?;
         let result = self.write_unchecked(batch, self.mode());
-        self.space.refresh();
+        self.space.spent(bytes);
         result
     }
 

@@ -4,8 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use std::sync::atomic::Ordering;
-
 use fjall::PersistMode;
 
 use super::{be_u64, DiskStore, META_DELAYED, META_NEXT_ID, META_WAL_SEQ};
@@ -131,25 +129,29 @@ impl DiskStore {
                 let seq = ws.log_seq + 1;
                 b.insert(&s.meta, META_WAL_SEQ, seq.to_be_bytes());
                 let record = encode_record(seq, &encode_changes(batch));
-                match log.room(record.len()) {
-                    Room::TooLarge => {
+                let room = record
+                    .as_ref()
+                    .map_or(Room::TooLarge, |r| log.room(r.len()));
+                let record = match (room, record) {
+                    (Room::TooLarge, _) | (_, None) => {
                         // Larger than a segment: fjall's journal, synced, carries it (and
                         // every earlier commit with it).
                         s.write(b, bytes)?;
-                        s.log_durable.fetch_max(seq, Ordering::AcqRel);
+                        s.log_durable.cover(seq);
                         ws.log_seq = seq;
                         return Self::written(ws, &p, jobs_end, new_counts, new_next);
                     }
-                    Room::NextSegment { needs_durable }
-                        if needs_durable > s.log_durable.load(Ordering::Acquire) =>
+                    (Room::NextSegment { needs_durable }, Some(record))
+                        if !s.log_durable.may_overwrite(needs_durable) =>
                     {
                         // The background sync of fjall has not covered the segment to be
                         // overwritten yet: sync here (every earlier commit is in fjall).
                         s.persist_all()?;
-                        s.log_durable.fetch_max(ws.log_seq, Ordering::AcqRel);
+                        s.log_durable.cover(ws.log_seq);
+                        record
                     }
-                    Room::NextSegment { .. } | Room::Here => {}
-                }
+                    (Room::NextSegment { .. } | Room::Here, Some(record)) => record,
+                };
                 s.admit(bytes)?;
                 let switched = match log.append(seq, &record) {
                     Ok(switched) => switched,
@@ -160,7 +162,7 @@ impl DiskStore {
                     }
                 };
                 let written = s.write_unchecked(b, PersistMode::Buffer);
-                s.space.refresh();
+                s.space.spent(bytes);
                 written?;
                 ws.log_seq = seq;
                 if switched {

@@ -39,6 +39,7 @@
 //!   does not check (torn, zeros, stale bytes cut in the middle).
 
 pub mod codec;
+pub mod recycle;
 
 use std::fs::{self, File};
 use std::io;
@@ -60,9 +61,12 @@ fn checksum(len: u32, seq_and_payload: &[u8]) -> u64 {
     h.digest()
 }
 
-/// Encodes one record.
-pub fn encode_record(seq: u64, payload: &[u8]) -> Vec<u8> {
-    let len = u32::try_from(payload.len()).expect("the caller bounds records by the segment");
+/// Encodes one record; `None` if `payload` is longer than a record's `len` field can say
+/// (`u32::MAX` bytes). The caller commits such a batch without the log, as one larger than a
+/// segment ([`Room::TooLarge`]): a group of many large puts can reach it even though each put
+/// is bounded.
+pub fn encode_record(seq: u64, payload: &[u8]) -> Option<Vec<u8>> {
+    let len = u32::try_from(payload.len()).ok()?;
     let mut v = Vec::with_capacity(HEADER + payload.len());
     v.extend_from_slice(&len.to_le_bytes());
     v.extend_from_slice(&[0; 8]);
@@ -70,7 +74,7 @@ pub fn encode_record(seq: u64, payload: &[u8]) -> Vec<u8> {
     v.extend_from_slice(payload);
     let sum = checksum(len, &v[12..]);
     v[4..12].copy_from_slice(&sum.to_le_bytes());
-    v
+    Some(v)
 }
 
 /// One record found by [`scan`].
@@ -392,7 +396,8 @@ fn create_segment(dir: &Path, n: usize, bytes: u64) -> io::Result<Segment> {
 /// A description of the first check that failed.
 pub fn fuzz_check(data: &[u8]) -> Result<(), String> {
     for found in scan(data) {
-        let again = encode_record(found.seq, &found.payload);
+        let again = encode_record(found.seq, &found.payload)
+            .ok_or_else(|| format!("record {} does not re-encode", found.seq))?;
         let at = usize::try_from(found.offset).map_err(|e| e.to_string())?;
         if data.get(at..at + again.len()) != Some(&again[..]) {
             return Err(format!("record {} at {at} does not re-encode", found.seq));

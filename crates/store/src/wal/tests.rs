@@ -25,6 +25,19 @@ enum Op {
     },
 }
 
+/// [`encode_record`] of a payload a record can hold.
+fn record(seq: u64, payload: &[u8]) -> Vec<u8> {
+    encode_record(seq, payload).expect("a test payload fits a record")
+}
+
+#[test]
+fn a_payload_beyond_a_records_length_field_is_refused_not_a_panic() {
+    // Zeroed and never written: the allocation stays virtual (the check comes before any copy).
+    let huge = vec![0u8; u32::MAX as usize + 1];
+    assert!(encode_record(1, &huge).is_none());
+    assert_eq!(record(7, b"x").len(), HEADER + 1);
+}
+
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         8 => proptest::collection::vec(any::<u8>(), 1..90).prop_map(Op::Append),
@@ -54,7 +67,7 @@ fn open(dir: &Path, seg: u64, applied: u64) -> (Log, Replay) {
 
 /// Appends as the store does: sync "fjall" first if the next segment is not yet covered.
 fn append(log: &mut Log, m: &mut Model, seq: u64, payload: &[u8]) -> bool {
-    let record = encode_record(seq, payload);
+    let record = record(seq, payload);
     match log.room(record.len()) {
         Room::TooLarge => unreachable!("records are smaller than a segment"),
         Room::NextSegment { needs_durable } if needs_durable > m.durable => m.durable = m.applied,
@@ -92,7 +105,7 @@ fn run(seg: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let mut torn_whole = None;
                 if let Some((payload, cut)) = in_flight {
                     let seq = m.applied + 1;
-                    let record = encode_record(seq, &payload);
+                    let record = record(seq, &payload);
                     // Where it will go, and what is there now.
                     let (path, at) = match log.room(record.len()) {
                         Room::Here => log.position(),
@@ -179,8 +192,8 @@ proptest! {
 
 #[test]
 fn scan_stops_at_zeros_torn_records_and_bad_sums() {
-    let a = encode_record(1, b"first");
-    let b = encode_record(2, b"second");
+    let a = record(1, b"first");
+    let b = record(2, b"second");
     let mut seg = [a.clone(), b.clone(), vec![0; 64]].concat();
     let found = scan(&seg);
     assert_eq!(
@@ -265,7 +278,7 @@ fn write_fuzz_seeds() {
     let segment: Vec<u8> = batches
         .iter()
         .enumerate()
-        .flat_map(|(i, b)| encode_record(i as u64 + 1, &codec::encode_changes(b)))
+        .flat_map(|(i, b)| record(i as u64 + 1, &codec::encode_changes(b)))
         .collect();
     fs::write(dir.join("segment"), &segment).unwrap();
     fs::write(dir.join("torn"), &segment[..segment.len() - 3]).unwrap();
@@ -367,10 +380,7 @@ fn a_missing_segment_is_recreated_without_touching_the_other() {
     let mut first_in_1 = None;
     while seq < 7 {
         seq += 1;
-        if log
-            .append(seq, &encode_record(seq, &[seq as u8; 40]))
-            .unwrap()
-        {
+        if log.append(seq, &record(seq, &[seq as u8; 40])).unwrap() {
             first_in_1.get_or_insert(seq);
         }
     }
