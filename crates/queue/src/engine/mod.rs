@@ -152,7 +152,7 @@ pub struct Engine {
     /// in one insert, and at 114 688 jobs that rehash moved ~20 MB under the engine lock (a
     /// 22 MB `munmap` of the old table; under `strace` the commit path's two longest idle gaps
     /// of a pipelined run, 138 and 150 ms, ended right after it; see
-    /// `docs/decisions/0015-ack-tail-and-commit-cpu.md`). A B-tree grows one node at a time;
+    /// `docs/decisions/0016-ack-tail-and-commit-cpu.md`). A B-tree grows one node at a time;
     /// ids are handed out in order, so inserts go to its right edge.
     jobs: BTreeMap<JobId, Job>,
     tubes: Vec<Option<Tube>>,
