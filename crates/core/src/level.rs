@@ -123,6 +123,23 @@ impl Level {
         *self = Level::EMPTY;
     }
 
+    /// Notes a timer with `deadline` filed into the occupied `slot`: lowers the slot's minimum
+    /// (exact as of `cancels`, the wheel's cancel count) and keeps the order check.
+    #[inline(always)]
+    pub(crate) fn note_filed(&mut self, slot: usize, deadline: Tick, cancels: u64) {
+        if deadline <= self.min[slot] {
+            // Below every deadline in the slot, even if `min` was only a lower bound.
+            self.min[slot] = deadline;
+            self.exact_at[slot] = cancels;
+        }
+        // Out of order: the slot is unsorted (`UNSORTED`) from now on.
+        self.last[slot] = if deadline < self.last[slot] {
+            UNSORTED
+        } else {
+            deadline
+        };
+    }
+
     /// Marks `slot` as holding no timer; its chain must already have been freed or taken.
     #[inline]
     pub(crate) fn set_empty(&mut self, slot: usize) {

@@ -858,27 +858,17 @@ impl<T> Wheel<T> {
     #[inline]
     fn file_in(&mut self, index: u32, deadline: Tick, level: usize, slot: usize) -> NonZeroU32 {
         let lvl = &mut self.levels[level];
-        let chain = &mut lvl.chains[slot];
         // An empty chain's `end` is `WORDS` (`Chain::EMPTY`), so one test covers both.
-        if chain.end == WORDS {
+        if lvl.chains[slot].end == WORDS {
             return self.file_cold(index, deadline, level, slot);
         }
-        debug_assert!(chain.items != 0, "an empty chain with room");
+        debug_assert!(lvl.chains[slot].items != 0, "an empty chain with room");
         debug_assert!(
             self.horizon <= deadline & START_MASK[level],
             "horizon after an occupied slot"
         );
-        if deadline <= lvl.min[slot] {
-            // Below every deadline in the slot, even if `min` was only a lower bound.
-            lvl.min[slot] = deadline;
-            lvl.exact_at[slot] = self.cancels;
-        }
-        // Out of order: the slot is unsorted (`UNSORTED`) from now on.
-        lvl.last[slot] = if deadline < lvl.last[slot] {
-            UNSORTED
-        } else {
-            deadline
-        };
+        lvl.note_filed(slot, deadline, self.cancels);
+        let chain = &mut lvl.chains[slot];
         chain.items += 1;
         self.pool.append(chain, index)
     }
@@ -891,8 +881,7 @@ impl<T> Wheel<T> {
             self.compact_all();
         }
         let lvl = &mut self.levels[level];
-        let chain = &mut lvl.chains[slot];
-        if chain.items == 0 {
+        if lvl.chains[slot].items == 0 {
             // The slot's start: the deadline without its digits below `level`.
             self.horizon = self.horizon.min(deadline & START_MASK[level]);
             lvl.occupied.set(slot);
@@ -903,16 +892,9 @@ impl<T> Wheel<T> {
             self.nonempty |= 1 << level;
         } else {
             debug_assert!(self.horizon <= deadline & START_MASK[level]);
-            if deadline <= lvl.min[slot] {
-                lvl.min[slot] = deadline;
-                lvl.exact_at[slot] = self.cancels;
-            }
-            lvl.last[slot] = if deadline < lvl.last[slot] {
-                UNSORTED
-            } else {
-                deadline
-            };
+            lvl.note_filed(slot, deadline, self.cancels);
         }
+        let chain = &mut lvl.chains[slot];
         chain.items += 1;
         self.pool.push(chain, index)
     }
