@@ -9,6 +9,8 @@ import time
 import greenstalk
 import psycopg
 
+from conftest import tickwheel_pg_process
+
 
 def listening(port):
     """Whether something accepts connections on 127.0.0.1:`port`."""
@@ -17,6 +19,17 @@ def listening(port):
             return True
     except OSError:
         return False
+
+
+def start_active_nodes(url, log_dir, count=3):
+    """Starts `count` tickwheel-server nodes in active-active mode on database `url`; returns
+    them once every one accepts connections."""
+    nodes = [tickwheel_pg_process(url, log_dir, ["--postgres-mode", "active-active"],
+                                  name=f"node{i}") for i in range(count)]
+    for n in nodes:
+        n.start()
+    assert all(listening(n.port) for n in nodes), "every node serves"
+    return nodes
 
 
 def produce(p, per, ttr, port_for, acked, lock):

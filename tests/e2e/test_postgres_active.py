@@ -23,8 +23,7 @@ import time
 import greenstalk
 import psycopg
 
-from conftest import tickwheel_pg_process
-from pgload import listening, produce, wait_drained
+from pgload import listening, produce, start_active_nodes, wait_drained
 
 TTR = 3
 
@@ -33,11 +32,7 @@ def test_three_active_nodes_kill_and_restart(workdir, pg_cluster):
     url = pg_cluster.create_db()
     total = int(os.environ.get("TICKWHEEL_PG_JOBS", "3000"))
     producers, consumers = 10, 10
-    nodes = [tickwheel_pg_process(url, workdir, ["--postgres-mode", "active-active"],
-                                  name=f"node{i}") for i in range(3)]
-    for n in nodes:
-        n.start()
-    assert all(listening(n.port) for n in nodes), "every node serves"
+    nodes = start_active_nodes(url, workdir)
 
     lock = threading.Lock()
     acked = {}          # body -> (time before put was sent, delay)

@@ -30,8 +30,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "tests", "e2e"))
 
 import greenstalk  # noqa: E402
-from conftest import PgCluster, pg_bin_dir, tickwheel_pg_process  # noqa: E402
-from pgload import listening  # noqa: E402
+from conftest import PgCluster, pg_bin_dir  # noqa: E402
+from pgload import start_active_nodes  # noqa: E402
 
 
 def pct(xs, q):
@@ -43,11 +43,7 @@ def pct(xs, q):
 
 def one_run(cluster, args, logs):
     url = cluster.create_db()
-    nodes = [tickwheel_pg_process(url, logs, ["--postgres-mode", "active-active"],
-                                  name=f"node{i}") for i in range(3)]
-    for n in nodes:
-        n.start()
-    assert all(listening(n.port) for n in nodes), "every node serves"
+    nodes = start_active_nodes(url, logs)
     lock = threading.Lock()
     acked = {}        # body -> (sent, delay, node)
     delivered = {}    # body -> [(time, node)]
