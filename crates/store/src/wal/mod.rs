@@ -63,8 +63,8 @@ fn checksum(len: u32, seq_and_payload: &[u8]) -> u64 {
 
 /// Encodes one record; `None` if `payload` is longer than a record's `len` field can say
 /// (`u32::MAX` bytes). The caller commits such a batch without the log, as one larger than a
-/// segment ([`Room::TooLarge`]): a group of many large puts can reach it even though each put
-/// is bounded.
+/// segment (the log's "too large" answer): a group of many large puts can reach it even
+/// though each put is bounded.
 pub fn encode_record(seq: u64, payload: &[u8]) -> Option<Vec<u8>> {
     let len = u32::try_from(payload.len()).ok()?;
     let mut v = Vec::with_capacity(HEADER + payload.len());
