@@ -802,3 +802,24 @@ pub(crate) fn join_all(threads: Vec<JoinHandle<()>>) {
         }
     }
 }
+
+#[cfg(all(test, target_os = "linux", not(loom)))]
+mod tests {
+    /// The driver's thread asks for a 1 ns timer slack and gets it; other threads keep theirs.
+    #[test]
+    fn the_driver_thread_parks_with_a_1_ns_timer_slack() {
+        let before = rustix::thread::current_timer_slack().expect("PR_GET_TIMERSLACK");
+        let on_driver = std::thread::spawn(|| {
+            super::exact_wake_ups();
+            rustix::thread::current_timer_slack().expect("PR_GET_TIMERSLACK")
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(on_driver, 1);
+        assert_eq!(
+            rustix::thread::current_timer_slack().expect("PR_GET_TIMERSLACK"),
+            before,
+            "only the calling thread changes"
+        );
+    }
+}
