@@ -5,7 +5,13 @@
 //! timers all due within one second. Each callback reads `Instant::now()` first thing, so
 //! the figure includes the worker hand-off, as a user would see it.
 //!
-//! Run: `cargo run --release -p tickwheel --example lateness [runs] [breakdown]`
+//! By default each callback captures 32 bytes (the shared results, its deadline and its
+//! index), so it is boxed (the service stores closures of up to 16 bytes of captures in the
+//! wheel entry). With `small` it captures what a typical callback does, an `Arc` of shared
+//! state and an index (16 bytes, stored inline, no allocation), and reads its deadline from
+//! that state.
+//!
+//! Run: `cargo run --release -p tickwheel --example lateness [runs] [breakdown] [small]`
 //!
 //! With `breakdown`, each run also prints where its lateness lies: percentiles per bucket of
 //! deadline offset within the scenario (the first milliseconds of a burst apart), and the
@@ -104,34 +110,60 @@ fn print_breakdown(offsets_ns: &[u64], late_ns: &[i64], span: Duration) {
     }
 }
 
+/// Signed nanoseconds from `deadline` to now (negative: early).
+fn lateness_now(deadline: Instant) -> i64 {
+    let now = Instant::now();
+    if now >= deadline {
+        i64::try_from((now - deadline).as_nanos()).unwrap_or(i64::MAX)
+    } else {
+        -i64::try_from((deadline - now).as_nanos()).unwrap_or(i64::MAX)
+    }
+}
+
+/// What the `small` callbacks share: each captures this behind an `Arc` plus its index.
+struct Shared {
+    late_ns: Vec<AtomicI64>,
+    deadlines: Vec<Instant>,
+}
+
 /// Schedules `n` timers with deadlines `lead + U[0, span)` from now; waits for all of them.
-fn run(n: usize, lead: Duration, span: Duration, seed: u64, breakdown: bool) -> Stats {
+fn run(n: usize, lead: Duration, span: Duration, seed: u64, breakdown: bool, small: bool) -> Stats {
     let timer = Timer::new();
-    // `NOT_YET` until the callback ran: no shared counter for the callbacks to contend on.
-    let late_ns: Arc<Vec<AtomicI64>> = Arc::new((0..n).map(|_| AtomicI64::new(NOT_YET)).collect());
     let mut rng = Lcg(seed);
     let span_ns = u64::try_from(span.as_nanos()).expect("span");
     let base = Instant::now() + lead;
-    let mut offsets_ns = Vec::with_capacity(if breakdown { n } else { 0 });
-    for i in 0..n {
-        let offset = rng.next_below(span_ns);
-        if breakdown {
-            offsets_ns.push(offset);
+    let offsets_ns: Vec<u64> = (0..n).map(|_| rng.next_below(span_ns)).collect();
+    let deadlines: Vec<Instant> = offsets_ns
+        .iter()
+        .map(|&offset| base + Duration::from_nanos(offset))
+        .collect();
+    // `NOT_YET` until the callback ran: no shared counter for the callbacks to contend on.
+    let shared = Arc::new(Shared {
+        late_ns: (0..n).map(|_| AtomicI64::new(NOT_YET)).collect(),
+        deadlines: if small { deadlines.clone() } else { Vec::new() },
+    });
+    for (i, &deadline) in deadlines.iter().enumerate() {
+        let shared = Arc::clone(&shared);
+        if small {
+            // 16 bytes of captures: stored in the wheel entry.
+            timer
+                .schedule_at(deadline, move || {
+                    let late = lateness_now(shared.deadlines[i]);
+                    shared.late_ns[i].store(late, Ordering::Relaxed);
+                })
+                .expect("schedule");
+        } else {
+            // 32 bytes of captures (the deadline too): boxed.
+            timer
+                .schedule_at(deadline, move || {
+                    let late = lateness_now(deadline);
+                    shared.late_ns[i].store(late, Ordering::Relaxed);
+                })
+                .expect("schedule");
         }
-        let deadline = base + Duration::from_nanos(offset);
-        let late_ns = Arc::clone(&late_ns);
-        timer
-            .schedule_at(deadline, move || {
-                let now = Instant::now();
-                let late = if now >= deadline {
-                    i64::try_from((now - deadline).as_nanos()).unwrap_or(i64::MAX)
-                } else {
-                    -i64::try_from((deadline - now).as_nanos()).unwrap_or(i64::MAX)
-                };
-                late_ns[i].store(late, Ordering::Relaxed);
-            })
-            .expect("schedule");
     }
+    drop(deadlines);
+    let late_ns = &shared.late_ns;
     let scheduled_at = Instant::now();
     if scheduled_at > base {
         println!(
@@ -150,6 +182,7 @@ fn run(n: usize, lead: Duration, span: Duration, seed: u64, breakdown: bool) -> 
     let threads_after = thread_stats("tickwheel");
     drop(timer.stop());
     let mut v: Vec<i64> = late_ns.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+    drop(shared);
     if breakdown {
         print_breakdown(&offsets_ns, &v, span);
         for (name, cpu, waits) in &threads_after {
@@ -203,7 +236,14 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
-    let breakdown = std::env::args().nth(2).as_deref() == Some("breakdown");
+    let flags: Vec<String> = std::env::args().skip(2).collect();
+    let breakdown = flags.iter().any(|f| f == "breakdown");
+    let small = flags.iter().any(|f| f == "small");
+    if small {
+        println!("callbacks capture an Arc and an index (16 bytes: inline)");
+    } else {
+        println!("callbacks capture 32 bytes (boxed)");
+    }
     let spread: Vec<Stats> = (0..runs)
         .map(|r| {
             run(
@@ -212,6 +252,7 @@ fn main() {
                 Duration::from_secs(2),
                 r as u64 + 1,
                 breakdown,
+                small,
             )
         })
         .collect();
@@ -224,6 +265,7 @@ fn main() {
                 Duration::from_secs(1),
                 r as u64 + 7,
                 breakdown,
+                small,
             )
         })
         .collect();

@@ -659,6 +659,7 @@ impl Inner {
 
     /// The driver thread's loop.
     pub(crate) fn run_driver(self: &Arc<Self>) {
+        exact_wake_ups();
         loop {
             let next = self.turn();
             if self.run_state() == STOPPED {
@@ -744,6 +745,21 @@ impl Inner {
     }
 }
 
+/// Asks the kernel to end the driver's timed parks on time: Linux lets a sleeping thread's
+/// timer expire up to its *timer slack* late (50 µs by default) to batch wake-ups, and every
+/// tick's callbacks wait for the driver's wake-up. With a slack of 1 ns the park ends as soon
+/// as the kernel's timer fires: a 1 ms `park_timeout` overshot by a median of ~98 µs with
+/// the default slack and ~50 µs with this, on the 2-core KVM box (`BENCHMARKS.md`, tenth
+/// session). Only the driver's own thread is changed, and only its timed waits (it wakes at
+/// most once per tick with work, never while idle), so the cost is a few more distinct timer
+/// interrupts; a failure (an unusual kernel) keeps the default slack.
+fn exact_wake_ups() {
+    #[cfg(target_os = "linux")]
+    {
+        let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1));
+    }
+}
+
 fn min_tick(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -784,5 +800,26 @@ pub(crate) fn join_all(threads: Vec<JoinHandle<()>>) {
         if handle.thread().id() != me {
             let _ = handle.join();
         }
+    }
+}
+
+#[cfg(all(test, target_os = "linux", not(loom)))]
+mod tests {
+    /// The driver's thread asks for a 1 ns timer slack and gets it; other threads keep theirs.
+    #[test]
+    fn the_driver_thread_parks_with_a_1_ns_timer_slack() {
+        let before = rustix::thread::current_timer_slack().expect("PR_GET_TIMERSLACK");
+        let on_driver = std::thread::spawn(|| {
+            super::exact_wake_ups();
+            rustix::thread::current_timer_slack().expect("PR_GET_TIMERSLACK")
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(on_driver, 1);
+        assert_eq!(
+            rustix::thread::current_timer_slack().expect("PR_GET_TIMERSLACK"),
+            before,
+            "only the calling thread changes"
+        );
     }
 }
