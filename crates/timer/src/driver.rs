@@ -749,7 +749,7 @@ impl Inner {
 /// timer expire up to its *timer slack* late (50 µs by default) to batch wake-ups, and every
 /// tick's callbacks wait for the driver's wake-up. With a slack of 1 ns the park ends as soon
 /// as the kernel's timer fires: a 1 ms `park_timeout` overshot by a median of ~98 µs with
-/// the default slack and ~50 µs with this, on the 2-core KVM box (`BENCHMARKS.md`, tenth
+/// the default slack and ~50 µs with this, on the 2-core KVM box (`BENCHMARKS.md`, ninth
 /// session). Only the driver's own thread is changed, and only its timed waits (it wakes at
 /// most once per tick with work, never while idle), so the cost is a few more distinct timer
 /// interrupts; a failure (an unusual kernel) keeps the default slack.
