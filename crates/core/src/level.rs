@@ -1,9 +1,8 @@
-//! One level of the wheel: 256 slots, their occupancy bitmap, and what is known of each
+//! One level of the wheel: 256 slot chains, their occupancy bitmap, and what is known of each
 //! slot's earliest deadline.
 //!
 //! A slot's timers are a chain of chunks in the pool (see `pool.rs`); a level holds only the
-//! chains' ends and counters and each slot's newest few items ([`Slot`], one cache line per
-//! slot), so it is a fixed 18 KiB whatever the number of timers.
+//! chains' ends and counters, so it is a fixed 11 KiB whatever the number of timers.
 //!
 //! # Earliest deadline per slot
 //!
@@ -27,43 +26,6 @@
 
 use crate::pool::Chain;
 use crate::tick::{Tick, SLOTS};
-
-/// Items a slot holds in its own cache line before they are written to its tail chunk.
-pub(crate) const HELD: usize = 6;
-
-/// One slot of a level, in one cache line: its chain, what is known of its deadlines, and
-/// its newest items.
-///
-/// The newest `held` items of the chain (the last words of its tail chunk, up to [`HELD`])
-/// are kept in `held_items` instead of the chunk, so a filing into an occupied slot writes
-/// only this line (the chain fields, `min`, `last` and the item are all here); every
-/// `HELD`-th filing writes the held items to the tail chunk at once. Whoever reads the
-/// chain's items first writes them out ([`Pool::settle`](crate::pool::Pool::settle)); until
-/// then the chunk's words at those addresses are stale.
-#[derive(Clone, Copy, Debug)]
-#[repr(C, align(64))]
-pub(crate) struct Slot {
-    pub(crate) chain: Chain,
-    /// How many of the chain's last items are in `held_items` and not in the tail chunk.
-    pub(crate) held: u32,
-    /// A lower bound of the slot's live deadlines (see the module docs).
-    pub(crate) min: Tick,
-    /// The largest deadline filed into the slot while its items are in deadline order (the
-    /// order check), or [`UNSORTED`] once one was filed out of order.
-    pub(crate) last: Tick,
-    /// The items at words `chain.end - held .. chain.end` of the tail chunk.
-    pub(crate) held_items: [u32; HELD],
-}
-
-impl Slot {
-    pub(crate) const EMPTY: Slot = Slot {
-        chain: Chain::EMPTY,
-        held: 0,
-        min: 0,
-        last: 0,
-        held_items: [0; HELD],
-    };
-}
 
 /// One bit per slot of a level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,20 +97,25 @@ pub(crate) struct Level {
     pub(crate) occupied: Bits,
     /// Bit `s` set: slot `s` was repaired by a scan since it last became sorted or empty.
     pub(crate) scanned: Bits,
-    /// The slots: chain, `min` (a lower bound of the live deadlines, exact while no timer
-    /// has been cancelled since `exact_at[s]`; meaningless when empty), `last`, held items.
-    pub(crate) slots: [Slot; SLOTS],
-    /// The wheel's cancel count (`Wheel::cancels`) when `slots[s].min` was last known exact.
-    /// Apart from the slots: it is written only when `min` is lowered.
+    /// A lower bound of each slot's live deadlines, exact while no timer has been cancelled
+    /// since `exact_at[s]`. Meaningless when empty.
+    pub(crate) min: [Tick; SLOTS],
+    /// The wheel's cancel count (`Wheel::cancels`) when `min[s]` was last known exact.
     pub(crate) exact_at: [u64; SLOTS],
+    /// The largest deadline filed into each slot while its items are in deadline order (the
+    /// order check), or [`UNSORTED`] once one was filed out of order.
+    pub(crate) last: [Tick; SLOTS],
+    pub(crate) chains: [Chain; SLOTS],
 }
 
 impl Level {
     pub(crate) const EMPTY: Level = Level {
         occupied: Bits::EMPTY,
         scanned: Bits::EMPTY,
-        slots: [Slot::EMPTY; SLOTS],
+        min: [0; SLOTS],
         exact_at: [0; SLOTS],
+        last: [0; SLOTS],
+        chains: [Chain::EMPTY; SLOTS],
     };
 
     /// Forgets every slot (the pool and the entries are handled by the caller).
@@ -160,14 +127,13 @@ impl Level {
     /// (exact as of `cancels`, the wheel's cancel count) and keeps the order check.
     #[inline(always)]
     pub(crate) fn note_filed(&mut self, slot: usize, deadline: Tick, cancels: u64) {
-        let s = &mut self.slots[slot];
-        if deadline <= s.min {
+        if deadline <= self.min[slot] {
             // Below every deadline in the slot, even if `min` was only a lower bound.
-            s.min = deadline;
+            self.min[slot] = deadline;
             self.exact_at[slot] = cancels;
         }
         // Out of order: the slot is unsorted (`UNSORTED`) from now on.
-        s.last = if deadline < s.last {
+        self.last[slot] = if deadline < self.last[slot] {
             UNSORTED
         } else {
             deadline
@@ -179,20 +145,6 @@ impl Level {
     pub(crate) fn set_empty(&mut self, slot: usize) {
         self.occupied.clear(slot);
         self.scanned.clear(slot);
-        self.slots[slot].chain = Chain::EMPTY;
-        self.slots[slot].held = 0;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_slot_is_one_cache_line() {
-        assert_eq!(core::mem::size_of::<Slot>(), 64);
-        assert_eq!(core::mem::align_of::<Slot>(), 64);
-        // 256 slot lines, `exact_at`, two bitmaps: the fixed size the crate docs quote.
-        assert_eq!(core::mem::size_of::<Level>(), 18_496);
+        self.chains[slot] = Chain::EMPTY;
     }
 }

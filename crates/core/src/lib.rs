@@ -142,13 +142,11 @@
 //! points back at it: that makes cancelling lazy.
 //!
 //! - **Insert**: the most recently freed slab entry (usually the one a cancel just touched,
-//!   still in cache), and the slot's own 64-byte line: each slot keeps its chain fields,
-//!   minimum, last deadline and its newest items (up to 6) in one cache line, so a filing
-//!   writes the item there, and every sixth filing into a slot writes its six held items to
-//!   the slot's tail chunk at once (ADR 0017). The common case (the slot is occupied and its
-//!   tail chunk has room) is a short inline path; a slot's first timer and a new tail chunk
-//!   (1 filing in 15) take a cold one (ADR 0015). Whatever reads a slot's items (a firing,
-//!   a cascade, a compaction) first writes its held items to the chunk.
+//!   still in cache), and one `u32` appended to the slot's tail chunk (hot: recently filed),
+//!   plus the slot's chain fields, minimum and last deadline (one line shared by several
+//!   slots each). The common case (the slot is occupied and its tail chunk has room) is a
+//!   short inline path; a slot's first timer and a new tail chunk (1 filing in 15) take a
+//!   cold one (ADR 0015).
 //! - **Cancel**: the timer's own entry, nothing else: not its slot, not even its slot's
 //!   counters (the wheel counts garbage as a whole). The item left in the slot is garbage,
 //!   dropped when the slot is reached; while the wheel's garbage exceeds 1.5 × its live
@@ -164,24 +162,22 @@
 //!   for free); then one append per live timer.
 //! - **Fire**: the head item of the level-0 slot and its entry.
 //! - **Pre-cascade** ([`Wheel::prepare`]): as a cascade, into the staging table; entering the
-//!   window swaps the staging table with level 0's (two 18 KiB tables, once per 256 ticks).
+//!   window swaps the staging table with level 0's (two 11 KiB tables, once per 256 ticks).
 //!
 //! Where a churn op's time goes at N = 1e6 (cachegrind, per cancel + insert, the bench's
 //! harness included): 2.51 misses of the 1 MiB L2, of which 1.1 are the harness's own table,
 //! 0.98 the cancelled timer's entry and 0.24 the second line of an entry that straddles two
-//! (24-byte entries: 2 of every 8 do); 0.53 L1-only misses on the slot lines (~230 busy
-//! slots, each filed into once per ~230 ops, evicted in between by the ops' random lines)
-//! and 0.19 on tail chunks when held items are written out; ~125 of ~225 instructions are
-//! the wheel's (the cancel ~22, the rest the insert: placement, slot bookkeeping, holding
-//! the item, entry write; ADR 0015, 0017).
+//! (24-byte entries: 2 of every 8 do); 0.56 L1-only write misses on slots' tail chunks; ~120
+//! of ~222 instructions are the wheel's (the cancel ~22, the rest the insert: placement,
+//! slot bookkeeping, chunk append, entry write; ADR 0015).
 //!
 //! The first design threaded doubly linked lists through the entries: a cancel touched three
 //! random cache lines and a cascade chased one dependent pointer per timer. ADR 0004 records
 //! the measurements behind the change.
 //!
 //! Memory: about 24 + 4 × (1 + garbage) × 16/15 bytes per timer, measured at 32.6 B after one
-//! cancel per timer and 34.5 B in the steady state of heavy churn at N = 1e6; plus 18 KiB of
-//! slot tables per level and 18 KiB for the staging table (163 KiB per wheel). Once the slab and pool have grown to the live count (or after
+//! cancel per timer and 34.5 B in the steady state of heavy churn at N = 1e6; plus 11 KiB of
+//! slot tables per level and 11 KiB for the staging table. Once the slab and pool have grown to the live count (or after
 //! [`Wheel::with_capacity`]), inserting, cancelling and firing allocate nothing: entries and
 //! chunks are reused, most recent first.
 //!

@@ -8,10 +8,9 @@
 //! next chunk, words 1..=15 slab indices of timers ("items"), in filing order. All chunks of
 //! all slots live in one `Vec<Chunk>` with a free list, so:
 //!
-//! - filing a timer writes one `u32` into its slot's own line ([`Slot`], which holds the
-//!   chain's newest items until six have gathered, then writes them to the tail chunk at
-//!   once: see [`Pool::settle`]) and, one time in fifteen, takes a chunk from the free list
-//!   (the most recently freed one, usually still in cache);
+//! - filing a timer writes one `u32` into its slot's tail chunk (hot: the slot was filed into
+//!   recently) and, one time in fifteen, takes a chunk from the free list (the most recently
+//!   freed one, usually still in cache);
 //! - a cascade reads its slot's chunks front to back (15 items per line) and frees each one
 //!   as soon as it has been read, so the slots below are filled from the same hot lines;
 //! - a whole chain is freed in O(1) by splicing it onto the free list.
@@ -27,7 +26,6 @@ use alloc::vec::Vec;
 use core::num::NonZeroU32;
 
 use crate::entry::NIL;
-use crate::level::{Slot, HELD};
 
 /// Words per chunk: one link and [`ITEMS`] items, 64 bytes.
 pub(crate) const WORDS: u32 = 16;
@@ -175,67 +173,18 @@ impl Pool {
         self.chunks[chunk as usize].0[word as usize] = index;
     }
 
-    /// Writes the items `slot` holds in its own line ([`Slot::held_items`]) to its tail
-    /// chunk. Called before anything reads the slot's items, and before its tail moves.
-    /// Out of line: it keeps the filing path short enough to be inlined into inserts.
-    #[inline(never)]
-    pub(crate) fn settle(&mut self, slot: &mut Slot) {
-        let held = slot.held;
-        if held == 0 {
-            return;
-        }
-        debug_assert!(held as usize <= HELD && held < slot.chain.end);
-        let from = slot.chain.end - held;
-        let chunk = &mut self.chunks[slot.chain.tail as usize].0;
-        for (i, &index) in slot.held_items.iter().take(held as usize).enumerate() {
-            // `& (WORDS - 1)`: the word is below WORDS here; the mask drops a bounds check.
-            chunk[((from + i as u32) & (WORDS - 1)) as usize] = index;
-        }
-        slot.held = 0;
-    }
-
-    /// [`settle`](Self::settle) when `HELD` items are held: one fixed-size copy.
-    #[inline(never)]
-    fn settle_full(&mut self, slot: &mut Slot) {
-        debug_assert!(slot.held as usize == HELD && (HELD as u32) < slot.chain.end);
-        let from = (slot.chain.end - HELD as u32) as usize;
-        let chunk = &mut self.chunks[slot.chain.tail as usize].0;
-        match chunk.get_mut(from..from + HELD) {
-            Some(words) => words.copy_from_slice(&slot.held_items),
-            None => unreachable!("held items past the tail chunk"),
-        }
-        slot.held = 0;
-    }
-
-    /// [`push`](Self::push) when the chain's tail chunk has room (`chain.end < WORDS`): the
-    /// item is held in the slot's own line (written to the chunk [`HELD`] at a time, see
-    /// [`settle`](Self::settle)), at the address it will have in the tail chunk.
+    /// [`push`](Self::push) when the chain's tail chunk has room (`chain.end < WORDS`).
     #[inline]
-    pub(crate) fn append(&mut self, slot: &mut Slot, index: u32) -> NonZeroU32 {
-        debug_assert!(slot.chain.head != NIL && slot.chain.end < WORDS);
-        if slot.held as usize >= HELD {
-            self.settle_full(slot);
-        }
-        slot.held_items[slot.held as usize] = index;
-        slot.held += 1;
-        let word = slot.chain.end;
-        slot.chain.end = word + 1;
-        match NonZeroU32::new(addr(slot.chain.tail, word)) {
+    pub(crate) fn append(&mut self, chain: &mut Chain, index: u32) -> NonZeroU32 {
+        debug_assert!(chain.head != NIL && chain.end < WORDS);
+        let word = chain.end;
+        // `& (WORDS - 1)`: the word is below WORDS here; the mask drops a bounds check.
+        self.chunks[chain.tail as usize].0[(word & (WORDS - 1)) as usize] = index;
+        chain.end = word + 1;
+        match NonZeroU32::new(addr(chain.tail, word)) {
             Some(pos) => pos,
             None => unreachable!("word 0 holds the link, never an item"),
         }
-    }
-
-    /// Appends `index` to `slot`'s chain, writing it to the tail chunk (after the held
-    /// items), and returns the new item's address. Does not touch the chain's counters.
-    ///
-    /// # Panics
-    ///
-    /// If a new chunk is needed and the pool is [`exhausted`](Self::exhausted).
-    #[inline]
-    pub(crate) fn push_slot(&mut self, slot: &mut Slot, index: u32) -> NonZeroU32 {
-        self.settle(slot);
-        self.push(&mut slot.chain, index)
     }
 
     /// Appends `index` to `chain` and returns the new item's address. Does not touch the

@@ -851,28 +851,26 @@ impl<T> Wheel<T> {
     /// [`file`](Self::file) into a given slot.
     ///
     /// The common case is inline: the slot already holds items and its tail chunk has
-    /// room, so filing is the order bookkeeping and one `u32` store into the slot's own
-    /// line (the item is held there, see `level::Slot`; every sixth filing writes six held
-    /// items to the tail chunk). A slot's first item and a new tail chunk (1 filing in 15)
-    /// take [`file_cold`](Self::file_cold). The horizon is lowered only there, when a slot
-    /// becomes occupied: an occupied slot's start is already at or after it (it is a lower
-    /// bound of every occupied slot's start).
+    /// room, so filing is the order bookkeeping and one `u32` store. A slot's first item
+    /// and a new tail chunk (1 filing in 15) take [`file_cold`](Self::file_cold). The
+    /// horizon is lowered only there, when a slot becomes occupied: an occupied slot's
+    /// start is already at or after it (it is a lower bound of every occupied slot's start).
     #[inline]
     fn file_in(&mut self, index: u32, deadline: Tick, level: usize, slot: usize) -> NonZeroU32 {
         let lvl = &mut self.levels[level];
         // An empty chain's `end` is `WORDS` (`Chain::EMPTY`), so one test covers both.
-        if lvl.slots[slot].chain.end == WORDS {
+        if lvl.chains[slot].end == WORDS {
             return self.file_cold(index, deadline, level, slot);
         }
-        debug_assert!(lvl.slots[slot].chain.items != 0, "an empty chain with room");
+        debug_assert!(lvl.chains[slot].items != 0, "an empty chain with room");
         debug_assert!(
             self.horizon <= deadline & START_MASK[level],
             "horizon after an occupied slot"
         );
         lvl.note_filed(slot, deadline, self.cancels);
-        let s = &mut lvl.slots[slot];
-        s.chain.items += 1;
-        self.pool.append(s, index)
+        let chain = &mut lvl.chains[slot];
+        chain.items += 1;
+        self.pool.append(chain, index)
     }
 
     /// [`file_in`](Self::file_in) when the slot is empty or its tail chunk is full.
@@ -883,32 +881,22 @@ impl<T> Wheel<T> {
             self.compact_all();
         }
         let lvl = &mut self.levels[level];
-        if lvl.slots[slot].chain.items == 0 {
+        if lvl.chains[slot].items == 0 {
             // The slot's start: the deadline without its digits below `level`.
             self.horizon = self.horizon.min(deadline & START_MASK[level]);
             lvl.occupied.set(slot);
             lvl.scanned.clear(slot);
-            lvl.slots[slot].min = deadline;
+            lvl.min[slot] = deadline;
             lvl.exact_at[slot] = self.cancels;
-            lvl.slots[slot].last = deadline;
+            lvl.last[slot] = deadline;
             self.nonempty |= 1 << level;
         } else {
             debug_assert!(self.horizon <= deadline & START_MASK[level]);
             lvl.note_filed(slot, deadline, self.cancels);
         }
-        let s = &mut lvl.slots[slot];
-        s.chain.items += 1;
-        self.pool.push_slot(s, index)
-    }
-
-    /// Writes the items `slot` of `table` holds in its own line to its tail chunk (see
-    /// `level::Slot`): called before anything reads the slot's items.
-    #[inline]
-    fn settle(&mut self, table: usize, slot: usize) {
-        let s = &mut self.levels[table].slots[slot];
-        if s.held != 0 {
-            self.pool.settle(s);
-        }
+        let chain = &mut lvl.chains[slot];
+        chain.items += 1;
+        self.pool.push(chain, index)
     }
 
     /// Keeps the garbage bounded: while it exceeds 1.5 items per live timer (plus a little
@@ -926,7 +914,7 @@ impl<T> Wheel<T> {
         let items: usize = self
             .levels
             .iter()
-            .flat_map(|lvl| lvl.slots.iter().map(|s| &s.chain))
+            .flat_map(|lvl| lvl.chains.iter())
             .map(|chain| chain.items as usize)
             .sum();
         let garbage = items - self.len;
@@ -963,7 +951,7 @@ impl<T> Wheel<T> {
     #[inline]
     fn empty_slot(&mut self, table: usize, slot: usize) {
         let lvl = &mut self.levels[table];
-        self.pool.free_chain(&mut lvl.slots[slot].chain);
+        self.pool.free_chain(&mut lvl.chains[slot]);
         lvl.set_empty(slot);
         if lvl.occupied.is_empty() {
             self.nonempty &= !(1 << table);
@@ -1023,10 +1011,10 @@ impl<T> Wheel<T> {
             }
             let lvl = &self.levels[level];
             if lvl.exact_at[slot] == self.cancels {
-                self.next = lvl.slots[slot].min;
+                self.next = lvl.min[slot];
                 return;
             }
-            let live = if lvl.slots[slot].last != UNSORTED {
+            let live = if lvl.last[slot] != UNSORTED {
                 self.first_live(level, slot) && {
                     self.exact_head_min(level, slot);
                     true
@@ -1041,7 +1029,7 @@ impl<T> Wheel<T> {
                 self.sort_slot(level, slot)
             };
             if live {
-                self.next = self.levels[level].slots[slot].min;
+                self.next = self.levels[level].min[slot];
                 return;
             }
         }
@@ -1051,9 +1039,8 @@ impl<T> Wheel<T> {
     /// dropping the garbage before it; `None` (and the slot emptied) if only garbage was
     /// left.
     fn pop_front(&mut self, slot: usize) -> Option<(TimerKey, T)> {
-        self.settle(0, slot);
         loop {
-            let chain = &mut self.levels[0].slots[slot].chain;
+            let chain = &mut self.levels[0].chains[slot];
             if chain.items == 0 {
                 self.empty_slot(0, slot);
                 return None;
@@ -1085,7 +1072,7 @@ impl<T> Wheel<T> {
             self.pressure += 3;
             // `next` was this timer's deadline: it stays if another live timer follows in
             // this slot (dropping the garbage before it now is work the next poll saves).
-            if self.levels[0].slots[slot].chain.items == 0 {
+            if self.levels[0].chains[slot].items == 0 {
                 self.empty_slot(0, slot);
                 self.refresh_next();
             } else if !self.first_live(0, slot) {
@@ -1245,10 +1232,9 @@ impl<T> Wheel<T> {
     /// window's exact minimum, moved or not, until the move is done.
     fn pre_step(&mut self, budget: &mut usize) -> bool {
         let slot = slot_for(self.pre_window, 1);
-        self.settle(1, slot);
         let mut moved = false;
         loop {
-            let chain = self.levels[1].slots[slot].chain;
+            let chain = self.levels[1].chains[slot];
             if chain.items == 0 {
                 // Ends the move: the window is staged, or (every timer of it was removed) gone.
                 self.empty_slot(1, slot);
@@ -1266,7 +1252,7 @@ impl<T> Wheel<T> {
             let mut deadlines = [0; WORDS as usize];
             let live = gather_live(&self.entries, &words, chunk, word, end, &mut deadlines);
             self.pressure -= 2 * i64::from(end - word - live.count_ones());
-            let c = &mut self.levels[1].slots[slot].chain;
+            let c = &mut self.levels[1].chains[slot];
             c.items -= end - word;
             if last {
                 debug_assert_eq!(c.items, 0, "items past the tail");
@@ -1294,11 +1280,9 @@ impl<T> Wheel<T> {
     /// drop by what the line held, so the slot's chain is always exactly the items not
     /// moved yet.
     fn cascade_step(&mut self, level: usize, slot: usize, budget: &mut usize) -> bool {
-        // Filings during the loop go to the levels below, never into this slot.
-        self.settle(level, slot);
         let mut moved = false;
         loop {
-            let chain = self.levels[level].slots[slot].chain;
+            let chain = self.levels[level].chains[slot];
             if chain.items == 0 {
                 self.empty_slot(level, slot);
                 self.cascade_level = 0;
@@ -1318,7 +1302,7 @@ impl<T> Wheel<T> {
             let mut deadlines = [0; WORDS as usize];
             let live = gather_live(&self.entries, &words, chunk, word, end, &mut deadlines);
             self.pressure -= 2 * i64::from(end - word - live.count_ones());
-            let c = &mut self.levels[level].slots[slot].chain;
+            let c = &mut self.levels[level].chains[slot];
             c.items -= end - word;
             if last {
                 debug_assert_eq!(c.items, 0, "items past the tail");
@@ -1347,8 +1331,7 @@ impl<T> Wheel<T> {
     /// [`skip_head_garbage`]: Self::skip_head_garbage
     #[inline]
     fn first_live(&mut self, table: usize, slot: usize) -> bool {
-        self.settle(table, slot);
-        let chain = &self.levels[table].slots[slot].chain;
+        let chain = &self.levels[table].chains[slot];
         if chain.items != 0 {
             let (chunk, word) = (chain.head, chain.start);
             let index = self.pool.item(chunk, word);
@@ -1363,11 +1346,10 @@ impl<T> Wheel<T> {
     /// minimum.
     fn exact_head_min(&mut self, level: usize, slot: usize) {
         let lvl = &mut self.levels[level];
-        debug_assert_eq!(lvl.slots[slot].held, 0, "read before settling");
-        let chain = &lvl.slots[slot].chain;
+        let chain = &lvl.chains[slot];
         let index = self.pool.item(chain.head, chain.start);
         if let Entry::Occupied(timer) = &self.entries[index as usize] {
-            lvl.slots[slot].min = timer.deadline;
+            lvl.min[slot] = timer.deadline;
             lvl.exact_at[slot] = self.cancels;
         }
     }
@@ -1377,8 +1359,7 @@ impl<T> Wheel<T> {
     #[cold]
     #[inline(never)]
     fn skip_head_garbage(&mut self, table: usize, slot: usize) -> bool {
-        self.settle(table, slot);
-        let chain = &mut self.levels[table].slots[slot].chain;
+        let chain = &mut self.levels[table].chains[slot];
         loop {
             if chain.items == 0 {
                 self.empty_slot(table, slot);
@@ -1405,8 +1386,7 @@ impl<T> Wheel<T> {
     /// (and empties the slot) if no live item was left.
     #[cold]
     fn compact(&mut self, level: usize, slot: usize) -> bool {
-        self.settle(level, slot);
-        let chain = self.levels[level].slots[slot].chain;
+        let chain = self.levels[level].chains[slot];
         let entries = &mut self.entries[..];
         let chunks = &mut self.pool.chunks[..];
         let (mut read_chunk, mut read_word) = (chain.head, chain.start);
@@ -1451,7 +1431,7 @@ impl<T> Wheel<T> {
             self.pool.free_run(first_spare, chain.tail);
         }
         let lvl = &mut self.levels[level];
-        lvl.slots[slot].chain = Chain {
+        lvl.chains[slot] = Chain {
             tail: write_chunk,
             end: write_word,
             items: kept,
@@ -1461,7 +1441,7 @@ impl<T> Wheel<T> {
             self.empty_slot(level, slot);
             return false;
         }
-        lvl.slots[slot].min = min;
+        lvl.min[slot] = min;
         lvl.exact_at[slot] = self.cancels;
         true
     }
@@ -1475,7 +1455,7 @@ impl<T> Wheel<T> {
         if !self.compact(level, slot) {
             return false;
         }
-        let chain = self.levels[level].slots[slot].chain;
+        let chain = self.levels[level].chains[slot];
         let mut scratch = mem::take(&mut self.scratch);
         scratch.clear();
         let (mut chunk, mut word) = (chain.head, chain.start);
@@ -1521,9 +1501,9 @@ impl<T> Wheel<T> {
         scratch.clear();
         self.scratch = scratch;
         let lvl = &mut self.levels[level];
-        lvl.slots[slot].min = min;
+        lvl.min[slot] = min;
         // Sorted now (unless `max` is `Tick::MAX`, which reads as `UNSORTED`: only slower).
-        lvl.slots[slot].last = max;
+        lvl.last[slot] = max;
         lvl.exact_at[slot] = self.cancels;
         lvl.scanned.clear(slot);
         true
@@ -1553,13 +1533,13 @@ impl<T> Wheel<T> {
         let chunks: usize = self
             .levels
             .iter()
-            .flat_map(|lvl| lvl.slots.iter().map(|s| &s.chain))
+            .flat_map(|lvl| lvl.chains.iter())
             .map(|chain| (chain.items as usize).div_ceil(ITEMS as usize))
             .sum();
         self.pool.chunks.reserve_exact(chunks);
         for level in 0..TABLES {
             for slot in 0..SLOTS {
-                let chain = self.levels[level].slots[slot].chain;
+                let chain = self.levels[level].chains[slot];
                 if chain.items == 0 {
                     continue;
                 }
@@ -1585,7 +1565,7 @@ impl<T> Wheel<T> {
                     word = 1;
                 }
                 fresh.items = chain.items;
-                self.levels[level].slots[slot].chain = fresh;
+                self.levels[level].chains[slot] = fresh;
             }
         }
     }
