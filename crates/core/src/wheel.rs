@@ -488,6 +488,39 @@ impl<T> Wheel<T> {
         )
     }
 
+    /// `true` if the timer `key` named has fired or been removed, and no later timer in its
+    /// slab entry has left the wheel since. `false` while it is pending, once a later timer of
+    /// the same entry has fired or been removed, after [`clear`](Self::clear) or
+    /// [`drain`](Self::drain), and for a key of another wheel (barring a generation clash, as
+    /// for every stale key).
+    ///
+    /// This lets a caller keep a per-entry record of how the last timer left (indexed by the
+    /// low 32 bits of [`TimerKey::to_u64`], the entry's index) without storing a generation
+    /// beside it: the record is `key`'s while this returns `true`. The timer service keeps one
+    /// byte per one-shot callback this way.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mut wheel = tickwheel_core::Wheel::new();
+    /// let first = wheel.insert(5, 'a');
+    /// assert!(!wheel.left_last(first)); // pending
+    /// wheel.remove(first);
+    /// assert!(wheel.left_last(first));
+    /// let second = wheel.insert(9, 'b'); // reuses the entry `first` left
+    /// assert!(wheel.left_last(first)); // `second` is pending: the entry's last leaver is `first`
+    /// assert_eq!(wheel.poll(9).map(|(_, v)| v), Some('b'));
+    /// assert!(wheel.left_last(second)); // fired
+    /// assert!(!wheel.left_last(first));
+    /// ```
+    #[must_use]
+    #[inline]
+    pub fn left_last(&self, key: TimerKey) -> bool {
+        self.entries
+            .get(key.index as usize)
+            .is_some_and(|entry| entry.gen() == key.gen.wrapping_add(1))
+    }
+
     /// `true` if the key names a pending timer of this wheel.
     #[must_use]
     pub fn contains(&self, key: TimerKey) -> bool {

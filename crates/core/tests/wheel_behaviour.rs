@@ -155,6 +155,49 @@ fn clear_and_drain_kill_old_keys() {
 }
 
 #[test]
+fn left_last_names_the_last_timer_to_leave_each_entry() {
+    let mut wheel = Wheel::new();
+    let a = wheel.insert(5, "a");
+    assert!(!wheel.left_last(a), "pending");
+    assert_eq!(wheel.remove(a), Some("a"));
+    assert!(wheel.left_last(a), "removed");
+    let b = wheel.insert(6, "b"); // reuses a's entry
+    assert!(wheel.left_last(a), "b has not left yet");
+    assert!(!wheel.left_last(b));
+    assert_eq!(wheel.poll(6), Some((b, "b")));
+    assert!(wheel.left_last(b), "fired");
+    assert!(!wheel.left_last(a), "b left after a");
+    // clear and drain forget every entry.
+    let c = wheel.insert(7, "c");
+    wheel.remove(c);
+    wheel.clear();
+    assert!(!wheel.left_last(c));
+    let d = wheel.insert(8, "d");
+    wheel.remove(d);
+    drop(wheel.drain());
+    assert!(!wheel.left_last(d));
+    // Entries freed by shrink_to_fit and pushed again never claim an old key's leaving.
+    let keys: Vec<_> = (0..1000u64).map(|i| wheel.insert(i + 10, "k")).collect();
+    for &key in &keys {
+        wheel.remove(key);
+    }
+    assert!(keys.iter().all(|&key| wheel.left_last(key)));
+    wheel.shrink_to_fit();
+    let fresh: Vec<_> = (0..1000u64).map(|i| wheel.insert(i + 10, "f")).collect();
+    for &key in &fresh {
+        wheel.remove(key);
+    }
+    assert!(fresh.iter().all(|&key| wheel.left_last(key)));
+    assert!(keys.iter().all(|&key| !wheel.left_last(key)));
+    // A key of another wheel.
+    let mut other = Wheel::new();
+    let e = other.insert(1, "e");
+    other.remove(e);
+    assert!(other.left_last(e));
+    assert!(!wheel.left_last(e));
+}
+
+#[test]
 fn shrink_keeps_live_keys_and_frees_the_tail() {
     let mut wheel = Wheel::new();
     let keys: Vec<_> = (0..1000u64).map(|i| wheel.insert(i * 100, i)).collect();

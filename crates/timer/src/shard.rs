@@ -7,9 +7,11 @@
 //!   the wheel key. This is the
 //!   common timer, and it costs one slab (the wheel's) instead of two: 8-byte
 //!   fewer bookkeeping and one random cache line fewer per schedule, cancel and fire. When
-//!   it fires or is cancelled, its outcome is written to `finished` (4 bytes per wheel
-//!   entry, indexed like the wheel's slab) so that its handle still reports `Done` or
-//!   `Cancelled` afterwards. `finished` grows with the wheel when a callback is
+//!   it fires or is cancelled, its outcome is written to `finished` (1 byte per wheel
+//!   entry, indexed like the wheel's slab: `true` = cancelled) so that its handle still
+//!   reports `Done` or `Cancelled` afterwards. Whose outcome it is comes from the wheel:
+//!   [`Wheel::left_last`] says whether the entry's last timer to leave is still the
+//!   handle's, so no generation is stored here. `finished` grows with the wheel when a callback is
 //!   *scheduled* into an entry beyond it (amortised like the wheel's own slab), never
 //!   when one fires: sizing it at the first firing wrote 4 MB under the shard lock at the
 //!   start of a 1M-timer burst (2.8 ms during which nothing fired; `BENCHMARKS.md`).
@@ -82,15 +84,6 @@ pub(crate) const CASCADE_BUDGET: usize = if cfg!(loom) { 1 } else { 1024 };
 
 /// No slot: ends the free list.
 const NIL: u32 = u32::MAX;
-
-/// `finished` entry of a one-shot callback that was cancelled (low bit; the other 31 bits
-/// are the low bits of its generation).
-const FINISHED_CANCELLED: u32 = 1;
-
-/// A `finished` record: the generation's low 31 bits and the outcome bit.
-fn finished_record(gen: u32, cancelled: bool) -> u32 {
-    (gen << 1) | u32::from(cancelled)
-}
 
 /// The slab index in a wheel key: the low 32 bits of [`TimerKey::to_u64`] (pinned by
 /// `wheel_keys_split_into_index_and_generation`).
@@ -181,10 +174,10 @@ pub(crate) struct Due {
 
 pub(crate) struct Shard {
     pub(crate) wheel: Wheel<Payload>,
-    /// Outcome of the last one-shot callback that left each wheel entry, by entry index
-    /// (see the ground rules); grown to the wheel's capacity when a one-shot callback is
+    /// Outcome of the last one-shot callback that left each wheel entry (`true`: cancelled),
+    /// by entry index (see the ground rules); grown to the wheel's capacity when a one-shot callback is
     /// scheduled beyond it.
-    finished: Vec<u32>,
+    finished: Vec<bool>,
     slots: Vec<Slot>,
     free: u32,
     /// The generation a slot pushed onto the slab starts with (per-timer seed).
@@ -298,13 +291,11 @@ impl Shard {
     #[inline]
     fn finish_once(&mut self, key: TimerKey, cancelled: bool) {
         let i = key_index(key) as usize;
-        let record = finished_record(key_gen(key), cancelled);
         match self.finished.get_mut(i) {
-            Some(slot) => *slot = record,
-            // Not reached: `schedule_once` sized `finished` past every one-shot entry.
+            Some(slot) => *slot = cancelled,
             None => {
                 self.grow_finished(i);
-                self.finished[i] = record;
+                self.finished[i] = cancelled;
             }
         }
     }
@@ -315,7 +306,7 @@ impl Shard {
     #[inline(never)]
     fn grow_finished(&mut self, i: usize) {
         let len = self.wheel.capacity().max(i + 1);
-        self.finished.resize(len, u32::MAX);
+        self.finished.resize(len, false);
     }
 
     /// Schedules a one-shot callback; returns `(wheel key index, generation, wake driver)`.
@@ -361,11 +352,12 @@ impl Shard {
         if self.wheel.contains(key) {
             return Some(WAITING);
         }
-        let record = *self.finished.get(index as usize)?;
-        if record >> 1 != gen & (u32::MAX >> 1) {
+        // The entry's generation is the leaving key's plus one until the next timer in it
+        // leaves too: until then the outcome bit is this handle's.
+        if !self.wheel.left_last(key) {
             return None;
         }
-        Some(if record & FINISHED_CANCELLED != 0 {
+        Some(if *self.finished.get(index as usize)? {
             CANCELLED
         } else {
             DONE
