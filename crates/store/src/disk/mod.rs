@@ -378,7 +378,7 @@ impl DiskStore {
             store.persister = Some(handle);
             let inner = Arc::clone(&store.inner);
             let handle = std::thread::Builder::new()
-                .name("tickwheel-store-apply".into())
+                .name("tickwheel-apply".into())
                 .spawn(move || apply_thread(&inner, &tx))
                 .map_err(|e| StoreError::io(&wal_dir, e))?;
             store.applier = Some(handle);
@@ -784,9 +784,13 @@ impl Inner {
     /// test lost its store to such a flush in 3 of 20 runs before the backlog was counted.
     /// (`write_buffer_size` is fjall's own count, marked experimental; the lock file pins the
     /// version.)
+    ///
+    /// Settled commits still queued for the applier (ADR 0017) count too: their bytes reach
+    /// the memtables later.
     fn backlog(&self) -> u64 {
         self.db
             .write_buffer_size()
+            .saturating_add(self.handoff.queued())
             .saturating_sub(self.write_buffer)
     }
 

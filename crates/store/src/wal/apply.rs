@@ -217,6 +217,11 @@ impl<B, V: Clone> Handoff<B, V> {
         self.wait_applied(pushed)
     }
 
+    /// Summed cost of the jobs queued and not yet taken by the applier.
+    pub fn queued(&self) -> u64 {
+        self.lock().queued
+    }
+
     /// The last sequence number applied.
     pub fn applied_seq(&self) -> u64 {
         self.lock().applied
