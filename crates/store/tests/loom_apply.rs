@@ -147,10 +147,14 @@ fn settle_then_apply(records: u64) {
     for seq in 1..=records {
         let segment = ((seq - 1) % 2) as usize;
         if !covered.may_overwrite(last[segment]) {
-            // As `DiskStore::apply`: wait for the applier, then sync fjall on the commit path.
-            handoff.drain().expect("the applier does not fail here");
+            // As `DiskStore::apply`: wait for the applier to have written the segment's
+            // records, then sync fjall on the commit path, covering what was applied.
+            handoff
+                .wait_applied(last[segment])
+                .expect("the applier does not fail here");
+            let applied = handoff.applied_seq();
             fjall.persist().expect("model sync");
-            covered.cover(seq - 1);
+            covered.cover(applied);
         }
         assert!(
             fjall.durable() >= last[segment],

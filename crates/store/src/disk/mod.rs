@@ -660,7 +660,16 @@ impl Inner {
     /// Waits until the applier has written every settled commit to fjall (before a read of
     /// the tables, or a write or sync of fjall on the commit path).
     fn drain(&self) -> Result<(), StoreError> {
-        self.handoff.drain().map_err(|crate::wal::apply::Stopped| {
+        self.stopped(self.handoff.drain())
+    }
+
+    /// Waits until the applier has written every commit up to `seq` to fjall.
+    fn wait_applied(&self, seq: u64) -> Result<(), StoreError> {
+        self.stopped(self.handoff.wait_applied(seq))
+    }
+
+    fn stopped(&self, r: Result<(), crate::wal::apply::Stopped>) -> Result<(), StoreError> {
+        r.map_err(|crate::wal::apply::Stopped| {
             // The applier poisons the store before it stops.
             self.poisoned().unwrap_or_else(|| {
                 StoreError::io(&self.dir, std::io::Error::other("the applier stopped"))

@@ -148,11 +148,14 @@ impl DiskStore {
                         if !s.log_durable.may_overwrite(needs_durable) =>
                     {
                         // The background sync of fjall has not covered the segment to be
-                        // overwritten yet: sync here, once the applier has written every
-                        // earlier commit to fjall.
-                        s.drain()?;
+                        // overwritten yet: sync here, once the applier has written that
+                        // segment's records to fjall (not every later one: the applier may
+                        // lag behind a stall of fjall's, and only this segment matters). The
+                        // sync covers what was applied before it.
+                        s.wait_applied(needs_durable)?;
+                        let applied = s.handoff.applied_seq();
                         s.persist_all()?;
-                        s.log_durable.cover(ws.log_seq);
+                        s.log_durable.cover(applied);
                         record
                     }
                     (Room::NextSegment { .. } | Room::Here, Some(record)) => record,

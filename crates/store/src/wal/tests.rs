@@ -129,7 +129,9 @@ fn run(seg: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     log.append(seq, &record).unwrap();
                     let cut = cut % (record.len() + 1);
                     f.write_all_at(&old[cut..], at + cut as u64).unwrap();
-                    if cut == record.len() {
+                    // Whole also when the bytes after the cut were already there (a payload
+                    // ending in zeros over a fresh segment's zeros).
+                    if record[cut..] == old[cut..] {
                         torn_whole = Some((seq, payload));
                     }
                 }
