@@ -26,10 +26,14 @@
 //! and the persist thread (`Durability::Sync`: syncs fjall so the log may overwrite a
 //! segment) only call fjall's `persist`, outside the write lock.
 //!
-//! With `Durability::Sync` a commit writes its log record and syncs it, then writes the fjall
-//! batch (with `meta/wal_seq`) without a sync: the order that makes a failed log write or
-//! sync leave the tables untouched (nothing of that commit is acknowledged, and memory and
-//! tables agree on everything acknowledged).
+//! With `Durability::Sync` a commit writes its log record and syncs it, and is settled
+//! (acknowledged) then; the applier thread (`tickwheel-apply`) writes its fjall batch (with
+//! `meta/wal_seq`) without a sync behind it, in sequence order: a failed log write or sync
+//! leaves the tables untouched (nothing of that commit is acknowledged, and memory and tables
+//! agree on everything acknowledged). Until the applier has written a commit, later commits
+//! plan from its overlay ([`crate::wal::apply`]) and reads of the tables wait for it; a failed
+//! fjall write there poisons the store, and the log replays the commit at the next open
+//! (`docs/decisions/0017-settle-on-the-log-apply-behind.md`).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
