@@ -26,10 +26,14 @@
 //! and the persist thread (`Durability::Sync`: syncs fjall so the log may overwrite a
 //! segment) only call fjall's `persist`, outside the write lock.
 //!
-//! With `Durability::Sync` a commit writes its log record and syncs it, then writes the fjall
-//! batch (with `meta/wal_seq`) without a sync: the order that makes a failed log write or
-//! sync leave the tables untouched (nothing of that commit is acknowledged, and memory and
-//! tables agree on everything acknowledged).
+//! With `Durability::Sync` a commit writes its log record and syncs it, and is settled
+//! (acknowledged) then; the applier thread (`tickwheel-apply`) writes its fjall batch (with
+//! `meta/wal_seq`) without a sync behind it, in sequence order: a failed log write or sync
+//! leaves the tables untouched (nothing of that commit is acknowledged, and memory and tables
+//! agree on everything acknowledged). Until the applier has written a commit, later commits
+//! plan from its overlay ([`crate::wal::apply`]) and reads of the tables wait for it; a failed
+//! fjall write there poisons the store, and the log replays the commit at the next open
+//! (`docs/decisions/0017-settle-on-the-log-apply-behind.md`).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -121,6 +125,9 @@ pub const DEFAULT_MIN_FREE_BYTES: u64 = 64 << 20;
 /// The default size of a log segment ([`DiskOptions::log_segment_bytes`]): 1 MiB, about
 /// 4 000 single-put commits between two background syncs of fjall; the log takes 2 MiB.
 pub const DEFAULT_LOG_SEGMENT_BYTES: u64 = 1 << 20;
+/// Bytes of settled commits the applier may lag behind (the bound of its queue): at ~250
+/// bytes a put, ~130 000 puts, more than a 100 ms fjall stall holds at the measured rates.
+const APPLY_QUEUE_BYTES: u64 = 32 << 20;
 /// The smallest log segment.
 const MIN_LOG_SEGMENT_BYTES: u64 = 4 << 10;
 
@@ -186,9 +193,9 @@ pub struct DiskStore {
     /// Dropping it stops the periodic fsync thread.
     stop: Option<mpsc::Sender<()>>,
     flusher: Option<JoinHandle<()>>,
-    /// With a log: asks the persist thread to make fjall durable up to a sequence number
-    /// (dropping it stops the thread).
-    persist: Option<crate::wal::recycle::Sender<u64>>,
+    /// With a log: the applier thread (writes committed batches to fjall behind the log; it
+    /// holds the persist thread's request sender, so stopping it stops that thread too).
+    applier: Option<JoinHandle<()>>,
     persister: Option<JoinHandle<()>>,
 }
 
@@ -232,6 +239,15 @@ struct Inner {
     /// Every log record up to this sequence number is durable in fjall (its segment may be
     /// overwritten).
     log_durable: crate::wal::recycle::Covered,
+    /// Commits settled on the log and not yet written to fjall, for the applier thread; the
+    /// overlay holds their jobs' new states (`None`: deleted) for the next commits' plans.
+    handoff: crate::wal::apply::Handoff<Batch, Option<JobRecord>>,
+    /// Test hook: the applier's next fjall write fails.
+    #[cfg(test)]
+    apply_fault: AtomicBool,
+    /// Test hook: the applier waits before each write while this is set.
+    #[cfg(test)]
+    apply_hold: AtomicBool,
     /// One store per directory; last, so it is released after the engine is dropped.
     _lock: crate::lock::DirLock,
 }
@@ -310,6 +326,11 @@ impl DiskStore {
             poison: Mutex::new(None),
             dirty: AtomicBool::new(false),
             log_durable: crate::wal::recycle::Covered::new(0),
+            handoff: crate::wal::apply::Handoff::new(APPLY_QUEUE_BYTES, 0),
+            #[cfg(test)]
+            apply_fault: AtomicBool::new(false),
+            #[cfg(test)]
+            apply_hold: AtomicBool::new(false),
             space: SpaceGuard::new(&dir, source, options.min_free_bytes, refresh),
             write_buffer: options.max_write_buffer_bytes,
             dir,
@@ -347,7 +368,7 @@ impl DiskStore {
             inner,
             stop,
             flusher,
-            persist: None,
+            applier: None,
             persister: None,
         };
         store.replay(replay)?;
@@ -358,8 +379,13 @@ impl DiskStore {
                 .name("tickwheel-store-persist".into())
                 .spawn(move || persist_thread(&inner, &rx))
                 .map_err(|e| StoreError::io(&wal_dir, e))?;
-            store.persist = Some(tx);
             store.persister = Some(handle);
+            let inner = Arc::clone(&store.inner);
+            let handle = std::thread::Builder::new()
+                .name("tickwheel-apply".into())
+                .spawn(move || apply_thread(&inner, &tx))
+                .map_err(|e| StoreError::io(&wal_dir, e))?;
+            store.applier = Some(handle);
         }
         Ok(store)
     }
@@ -407,9 +433,34 @@ impl DiskStore {
         if let Some(p) = s.poisoned() {
             return Err(p);
         }
+        s.drain()?;
         s.persist_all()?;
         s.log_durable.cover(ws.log_seq);
         Ok(())
+    }
+
+    /// Holds the applier before its next write (`true`) or lets it go on (tests).
+    #[cfg(test)]
+    pub(crate) fn hold_applier(&self, hold: bool) {
+        self.inner.apply_hold.store(hold, Ordering::SeqCst);
+    }
+
+    /// The last commit the applier wrote to fjall (tests).
+    #[cfg(test)]
+    pub(crate) fn applied_seq(&self) -> u64 {
+        self.inner.handoff.applied_seq()
+    }
+
+    /// The last commit settled in the log (tests).
+    #[cfg(test)]
+    pub(crate) fn settled_seq(&self) -> u64 {
+        self.inner.lock_writes().log_seq
+    }
+
+    /// Makes the applier's next fjall write fail (tests).
+    #[cfg(test)]
+    pub(crate) fn set_apply_fault(&self) {
+        self.inner.apply_fault.store(true, Ordering::SeqCst);
     }
 
     /// Fails the log's next appends (tests).
@@ -479,6 +530,44 @@ fn persist_thread(inner: &Inner, requests: &crate::wal::recycle::Receiver<u64>) 
     );
 }
 
+/// The applier thread of a store with a log: writes each settled commit's fjall batch (without
+/// a sync) in sequence order, then forwards the persist requests queued with it, so a request
+/// reaches the persist thread only after every commit it covers is in fjall. On a failed
+/// write it poisons the store and stops: the log keeps the commit (its segment is not
+/// recycled: no later persist request is sent), and the next open replays it.
+fn apply_thread(inner: &Inner, persist: &crate::wal::recycle::Sender<u64>) {
+    while let Some(job) = inner.handoff.next() {
+        #[cfg(test)]
+        while inner.apply_hold.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        #[cfg(test)]
+        if inner.apply_fault.swap(false, Ordering::SeqCst) {
+            let err = StoreError::io(&inner.dir, std::io::Error::from_raw_os_error(5));
+            inner.set_poison(&err);
+            inner.handoff.fail();
+            return;
+        }
+        let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            inner.write_unchecked(job.batch, PersistMode::Buffer)
+        }))
+        .unwrap_or_else(|panic| {
+            let err = engine_panic(&inner.dir, "applying a commit", panic.as_ref());
+            inner.set_poison(&err);
+            Err(err)
+        });
+        if written.is_err() {
+            // `write_unchecked` poisoned the store.
+            inner.handoff.fail();
+            return;
+        }
+        inner.handoff.applied(job.seq, &job.keys);
+        if let Some(upto) = job.then_persist {
+            let _ = persist.send(upto);
+        }
+    }
+}
+
 /// The log's directory in a data directory.
 fn dir_of_log(dir: &Path) -> PathBuf {
     dir.join(crate::wal::WAL_DIR)
@@ -491,7 +580,11 @@ impl Drop for DiskStore {
             // A panic in the fsync thread already poisoned nothing we could report here.
             let _ = h.join();
         }
-        drop(self.persist.take());
+        self.inner.handoff.close();
+        if let Some(h) = self.applier.take() {
+            // It applies what is queued, then drops the persist thread's sender.
+            let _ = h.join();
+        }
         if let Some(h) = self.persister.take() {
             let _ = h.join();
         }
@@ -566,6 +659,27 @@ fn be_u64(v: &[u8]) -> Option<u64> {
 impl Inner {
     fn lock_writes(&self) -> MutexGuard<'_, WriteState> {
         self.write_lock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until the applier has written every settled commit to fjall (before a read of
+    /// the tables, or a write or sync of fjall on the commit path).
+    fn drain(&self) -> Result<(), StoreError> {
+        self.stopped(self.handoff.drain())
+    }
+
+    /// Waits until the applier has written every commit up to `seq` to fjall.
+    fn wait_applied(&self, seq: u64) -> Result<(), StoreError> {
+        self.stopped(self.handoff.wait_applied(seq))
+    }
+
+    fn stopped(&self, r: Result<(), crate::wal::apply::Stopped>) -> Result<(), StoreError> {
+        r.map_err(|crate::wal::apply::Stopped| {
+            // The applier poisons the store before it stops.
+            self.poisoned().unwrap_or_else(|| {
+                StoreError::io(&self.dir, std::io::Error::other("the applier stopped"))
+                    .into_poisoned()
+            })
+        })
     }
 
     fn poisoned(&self) -> Option<StoreError> {
@@ -683,9 +797,13 @@ impl Inner {
     /// test lost its store to such a flush in 3 of 20 runs before the backlog was counted.
     /// (`write_buffer_size` is fjall's own count, marked experimental; the lock file pins the
     /// version.)
+    ///
+    /// Settled commits still queued for the applier (ADR 0017) count too: their bytes reach
+    /// the memtables later.
     fn backlog(&self) -> u64 {
         self.db
             .write_buffer_size()
+            .saturating_add(self.handoff.queued())
             .saturating_sub(self.write_buffer)
     }
 

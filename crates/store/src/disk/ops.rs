@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use fjall::PersistMode;
 
 use super::{be_u64, DiskStore, META_DELAYED, META_NEXT_ID, META_WAL_SEQ};
+use crate::wal::apply::{Job, Stopped};
 use crate::wal::codec::encode_changes;
 use crate::wal::{encode_record, Room};
 use tickwheel_queue::{Change, JobId, JobRecord, TubeName};
@@ -24,7 +25,7 @@ impl DiskStore {
     /// Commits `batch`: through the log if the store has one (one record, synced, then the
     /// tables without a sync), else to the tables with the store's durability. `replay` is the
     /// sequence number of a log record being replayed at open: the tables only.
-    pub(super) fn apply(&self, batch: &[Change], replay: Option<u64>) -> Result<(), StoreError> {
+    pub(crate) fn apply(&self, batch: &[Change], replay: Option<u64>) -> Result<(), StoreError> {
         validate(batch)?;
         let s = &*self.inner;
         let mut ws = s.lock_writes();
@@ -42,16 +43,17 @@ impl DiskStore {
             Some(n) => n,
             None => *ws.jobs_end.insert(s.jobs_end()?),
         };
-        let p = plan(
-            batch,
-            |id| {
-                if id >= jobs_end {
-                    Ok(None)
-                } else {
-                    s.job(id)
-                }
-            },
-        )?;
+        let p = plan(batch, |id| {
+            // A commit settled but not yet applied holds the job's latest state; else
+            // fjall does.
+            if let Some(latest) = s.handoff.lookup(id) {
+                Ok(latest)
+            } else if id >= jobs_end {
+                Ok(None)
+            } else {
+                s.job(id)
+            }
+        })?;
         let mut b = s.db.batch();
         // Bytes of the records written, for the free-space backstop; keys and framing are
         // added per item below.
@@ -135,7 +137,8 @@ impl DiskStore {
                 let record = match (room, record) {
                     (Room::TooLarge, _) | (_, None) => {
                         // Larger than a segment: fjall's journal, synced, carries it (and
-                        // every earlier commit with it).
+                        // every earlier commit with it, once the applier has written them).
+                        s.drain()?;
                         s.write(b, bytes)?;
                         s.log_durable.cover(seq);
                         ws.log_seq = seq;
@@ -145,9 +148,14 @@ impl DiskStore {
                         if !s.log_durable.may_overwrite(needs_durable) =>
                     {
                         // The background sync of fjall has not covered the segment to be
-                        // overwritten yet: sync here (every earlier commit is in fjall).
+                        // overwritten yet: sync here, once the applier has written that
+                        // segment's records to fjall (not every later one: the applier may
+                        // lag behind a stall of fjall's, and only this segment matters). The
+                        // sync covers what was applied before it.
+                        s.wait_applied(needs_durable)?;
+                        let applied = s.handoff.applied_seq();
                         s.persist_all()?;
-                        s.log_durable.cover(ws.log_seq);
+                        s.log_durable.cover(applied);
                         record
                     }
                     (Room::NextSegment { .. } | Room::Here, Some(record)) => record,
@@ -161,16 +169,26 @@ impl DiskStore {
                         return Err(err);
                     }
                 };
-                let written = s.write_unchecked(b, PersistMode::Buffer);
+                // Settled: the log holds the commit. The applier writes it to fjall behind
+                // us; until then the overlay answers the next commits' plans for its jobs.
                 s.space.spent(bytes);
-                written?;
+                let keys: Vec<JobId> = p.changes.keys().copied().collect();
+                let values = p.changes.values().map(|c| c.new.clone());
+                let job = Job {
+                    seq,
+                    batch: b,
+                    keys,
+                    // Covers the segment just left, so it can be overwritten next time.
+                    then_persist: switched.then(|| seq - 1),
+                    cost: bytes,
+                };
                 ws.log_seq = seq;
-                if switched {
-                    if let Some(tx) = &self.persist {
-                        // Covers the segment just left, so it can be overwritten next time.
-                        let _ = tx.send(seq - 1);
-                    }
-                }
+                s.handoff.push(job, values).map_err(|Stopped| {
+                    s.poisoned().unwrap_or_else(|| {
+                        StoreError::io(&s.dir, std::io::Error::other("the applier stopped"))
+                            .into_poisoned()
+                    })
+                })?;
             }
             (None, None) => s.write(b, bytes)?,
         }
@@ -199,6 +217,7 @@ impl DiskStore {
 
     pub(super) fn recover_unguarded(&self, window_end_ms: u64) -> Result<Recovered, StoreError> {
         let s = &*self.inner;
+        s.drain()?;
         let read = |e| s.engine_error(e);
         let mut resident = Vec::new();
         for kv in s.resident.iter() {
@@ -240,6 +259,7 @@ impl DiskStore {
     }
 
     pub(super) fn get_unguarded(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
+        self.inner.drain()?;
         self.inner.job(id)
     }
 
@@ -253,6 +273,7 @@ impl DiskStore {
         if from_ms >= to_ms || limit == 0 {
             return Ok(Vec::new());
         }
+        s.drain()?;
         let mut out = Vec::new();
         for kv in s
             .due

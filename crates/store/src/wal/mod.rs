@@ -38,6 +38,7 @@
 //!   stopping at the first gap; within a segment the scan stops at the first record that
 //!   does not check (torn, zeros, stale bytes cut in the middle).
 
+pub mod apply;
 pub mod codec;
 pub mod recycle;
 
