@@ -10,7 +10,7 @@
 //!   log of its own in front (one record written and `fdatasync`ed per commit into
 //!   preallocated blocks; fjall written behind the acknowledgement and synced in the
 //!   background; see `docs/decisions/0002-storage-engine.md`,
-//!   `docs/decisions/0014-write-ahead-log.md`, `docs/decisions/0017-settle-on-the-log-apply-behind.md` and
+//!   `docs/decisions/0014-write-ahead-log.md`, `docs/decisions/0018-settle-on-the-log-apply-behind.md` and
 //!   `docs/storage-format.md`).
 //! - [`MemStore`]: the same semantics in memory (tests; an in-memory server).
 //! - [`GroupCommit`]: many callers commit concurrently; every batch queued while a commit runs

@@ -2,7 +2,7 @@
 //! loom_apply`, run by `ci/loom.sh`); without `--cfg loom` the same bodies run once as plain
 //! tests.
 //!
-//! The applier hand-off (`tickwheel_store::wal::apply`, ADR 0017): the commit path settles a
+//! The applier hand-off (`tickwheel_store::wal::apply`, ADR 0018): the commit path settles a
 //! commit once its log record is synced and queues its fjall batch for the applier thread
 //! (a bounded queue: one job); the applier writes the batches in order and forwards the
 //! persist requests queued with them to the persist thread (`wal::recycle`); a reader waits

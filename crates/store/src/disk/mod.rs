@@ -33,7 +33,7 @@
 //! agree on everything acknowledged). Until the applier has written a commit, later commits
 //! plan from its overlay ([`crate::wal::apply`]) and reads of the tables wait for it; a failed
 //! fjall write there poisons the store, and the log replays the commit at the next open
-//! (`docs/decisions/0017-settle-on-the-log-apply-behind.md`).
+//! (`docs/decisions/0018-settle-on-the-log-apply-behind.md`).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -798,7 +798,7 @@ impl Inner {
     /// (`write_buffer_size` is fjall's own count, marked experimental; the lock file pins the
     /// version.)
     ///
-    /// Settled commits still queued for the applier (ADR 0017) count too: their bytes reach
+    /// Settled commits still queued for the applier (ADR 0018) count too: their bytes reach
     /// the memtables later.
     fn backlog(&self) -> u64 {
         self.db

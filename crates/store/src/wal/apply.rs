@@ -1,4 +1,4 @@
-//! The hand-off between the commit path and the applier thread (ADR 0017): a commit is
+//! The hand-off between the commit path and the applier thread (ADR 0018): a commit is
 //! acknowledged once its log record is synced, and its fjall batch is applied behind it by
 //! one applier thread, fed through a bounded queue. Model-checked with loom in
 //! `tests/loom_apply.rs` (`--cfg loom` swaps in loom's mutex and condition variables).

@@ -399,7 +399,7 @@ fn a_missing_segment_is_recreated_without_touching_the_other() {
     assert_eq!(fs::read(dir.join("0.seg")).unwrap(), vec![0u8; 256]);
 }
 
-/// The applier (ADR 0017): commits are settled on the log and written to fjall behind it.
+/// The applier (ADR 0018): commits are settled on the log and written to fjall behind it.
 mod applier {
     use bytes::Bytes;
     use tickwheel_queue::{Change, DurableState, JobRecord, TubeName};
