@@ -273,6 +273,16 @@ const SLICE: Duration = Duration::from_millis(50);
 /// on how late after its lease ends a dead node's reserved job is offered again.
 pub(crate) const SWEEP: Duration = Duration::from_millis(200);
 
+/// How often an active-active node reads other nodes' deferred jobs while none of its
+/// reservers waits (claim on demand: with a reserver waiting they are read at their
+/// [`active::AFFINITY`] time).
+pub(crate) const LAZY: Duration = Duration::from_secs(1);
+
+/// Whether a client of this node waits in `reserve` (it has nothing to give it).
+fn reservers_waiting(shared: &Shared) -> bool {
+    shared.read(|engine| engine.stats().waiting) > 0
+}
+
 fn watch(
     shared: &Shared,
     store: &PgStore,
@@ -292,6 +302,8 @@ fn watch(
     let mut deferred = active::Deferred::default();
     // A LISTEN connection was up before: announcements may have been lost since it broke.
     let mut listened = false;
+    // When deferred jobs were last read with no reserver waiting here.
+    let mut lazy_read = std::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
         if let Some(active) = active.as_ref().filter(|_| swept.elapsed() >= SWEEP) {
             swept = std::time::Instant::now();
@@ -345,10 +357,18 @@ fn watch(
         let mut ready: Vec<JobId> = Vec::new();
         if let Some(client) = listener.as_mut() {
             let mut notes = client.notifications();
-            // Wake for the next deferred job, too.
-            let wait = deferred
-                .next_in(unix_ms())
-                .map_or(wait, |next| next.clamp(Duration::from_millis(1), wait));
+            // Wake for the next deferred job, too: at its time while reservers wait here,
+            // else at the next lazy read (looking every SLICE whether a reserver started
+            // waiting meanwhile).
+            let wait = match deferred.next_in(unix_ms()) {
+                Some(next) if reservers_waiting(shared) => {
+                    next.clamp(Duration::from_millis(1), wait)
+                }
+                Some(next) => next
+                    .max(LAZY.saturating_sub(lazy_read.elapsed()))
+                    .clamp(Duration::from_millis(1), wait.min(SLICE)),
+                None => wait,
+            };
             // Waits in slices, so a stop is seen within one (a server's `run` waits for this
             // thread) and a quiet slice hands over what arrived.
             let mut it = notes.timeout_iter(wait.min(SLICE));
@@ -408,8 +428,18 @@ fn watch(
         if let Some(active) = active.as_ref() {
             let now = unix_ms();
             // Other nodes' jobs whose affinity time has passed: whatever of them is still
-            // free (not deleted or claimed by their owner meanwhile) is adopted now.
-            let due = deferred.due(now, 3000);
+            // free (not deleted or claimed by their owner meanwhile) is adopted now if
+            // reservers wait here (claim on demand); else they are read together, at most
+            // every LAZY (by then their owners have mostly taken and deleted them, so the
+            // read finds few rows and this node's cache does not fill with them).
+            let due = if reservers_waiting(shared) {
+                deferred.due(now, 3000)
+            } else if lazy_read.elapsed() >= LAZY {
+                lazy_read = std::time::Instant::now();
+                deferred.due(now, usize::MAX)
+            } else {
+                Vec::new()
+            };
             let affinity = u64::try_from(active::AFFINITY.as_millis()).unwrap_or(0);
             ready.sort_unstable();
             ready.dedup();
@@ -429,20 +459,19 @@ fn watch(
                 if later {
                     shared.read(|engine| ids.retain(|id| engine.job_state(*id).is_none()));
                 }
-                if ids.is_empty() {
-                    continue;
-                }
-                match store.get_free(&ids) {
-                    Ok(records) => active::adopt_with_affinity(
-                        shared,
-                        active,
-                        records,
-                        &mut deferred,
-                        now,
-                        later,
-                    ),
-                    Err(error) => {
-                        tracing::warn!(%error, "cannot read jobs other nodes made ready");
+                for chunk in ids.chunks(3000) {
+                    match store.get_free(chunk) {
+                        Ok(records) => active::adopt_with_affinity(
+                            shared,
+                            active,
+                            records,
+                            &mut deferred,
+                            now,
+                            later,
+                        ),
+                        Err(error) => {
+                            tracing::warn!(%error, "cannot read jobs other nodes made ready");
+                        }
                     }
                 }
             }
