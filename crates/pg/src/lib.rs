@@ -660,6 +660,26 @@ impl PgStore {
             .collect())
     }
 
+    /// The ids in `range` (a node's id block) of every job no client holds under a live
+    /// lease, in id order: what the other nodes read once when a node stops heartbeating (a
+    /// node killed between a commit and its announcement leaves jobs nobody heard of).
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn free_ids_in(&self, range: std::ops::Range<JobId>) -> Result<Vec<JobId>, StoreError> {
+        let s = self.options.schema.as_str();
+        let sql = format!(
+            "SELECT id FROM {s}.jobs WHERE id >= $1 AND id < $2
+               AND NOT (state = 3 AND lease_until_ms > {s}.now_ms()) ORDER BY id"
+        );
+        let rows = self.read_with(|c| c.query(&sql, &[&big(range.start), &big(range.end)]))?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| u64::try_from(r.get::<_, i64>(0)).ok())
+            .collect())
+    }
+
     /// Which of `ids` have a row (the rest were deleted).
     ///
     /// # Errors

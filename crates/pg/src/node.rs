@@ -189,6 +189,7 @@ struct NodeSql {
     heartbeat: String,
     leave: String,
     now: String,
+    stale: String,
 }
 
 impl NodeSql {
@@ -322,6 +323,10 @@ impl NodeSql {
             heartbeat: format!("UPDATE {s}.nodes SET heartbeat = clock_timestamp() WHERE id = $1"),
             leave: format!("DELETE FROM {s}.nodes WHERE id = $1"),
             now: format!("SELECT {s}.now_ms()"),
+            stale: format!(
+                "SELECT id, ids_from, ids_to FROM {s}.nodes
+                 WHERE id <> $1 AND heartbeat < clock_timestamp() - $2::bigint * interval '1 millisecond'"
+            ),
         }
     }
 }
@@ -678,6 +683,25 @@ impl Node {
     pub fn db_now_ms(&self) -> Result<u64, PgError> {
         let r = self.run(&self.sql.now, |c, st| c.query_one(st, &[]))?;
         Ok(unsigned(r.get(0)))
+    }
+
+    /// The other nodes whose last heartbeat is more than `stale_ms` old (database clock):
+    /// dead, or cut off from the database. Their ids and id blocks.
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn stale_nodes(&self, stale_ms: u64) -> Result<Vec<(i64, Range<u64>)>, PgError> {
+        let rows = self.run(&self.sql.stale, |c, st| {
+            c.query(st, &[&self.id, &big(stale_ms)])
+        })?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let (from, to): (i64, i64) = (r.get(1), r.get(2));
+                (r.get(0), unsigned(from)..unsigned(to))
+            })
+            .collect())
     }
 
     /// Records that the node is alive.

@@ -235,18 +235,71 @@ fn resync(
     active: &active::Active,
     deferred: &mut active::Deferred,
 ) {
-    let mut ids = match store.free_ids() {
+    let ids = match store.free_ids() {
         Ok(ids) => ids,
         Err(error) => {
             tracing::warn!(%error, "cannot re-read the jobs after the LISTEN connection broke");
             return;
         }
     };
-    shared.read(|engine| ids.retain(|id| engine.job_state(*id).is_none()));
+    let missing = adopt_missing(shared, store, active, deferred, ids);
     tracing::info!(
-        missing = ids.len(),
+        missing,
         "listening again after the LISTEN connection broke: adopting the jobs missed meanwhile"
     );
+}
+
+/// Once per node that stopped heartbeating for [`STALE`] (killed, or cut off): adopts the
+/// free jobs of its id block that this node lacks, as if announced. A node killed between
+/// its group commit and the announcement that follows it leaves jobs no other node heard of.
+fn adopt_orphans(
+    shared: &Shared,
+    store: &PgStore,
+    active: &active::Active,
+    deferred: &mut active::Deferred,
+    handled: &mut HashSet<i64>,
+) {
+    let stale = match active
+        .node
+        .stale_nodes(u64::try_from(STALE.as_millis()).unwrap_or(u64::MAX))
+    {
+        Ok(stale) => stale,
+        Err(error) => {
+            tracing::warn!(%error, "cannot look for nodes that stopped heartbeating");
+            return;
+        }
+    };
+    for (node, ids) in stale {
+        if !handled.insert(node) {
+            continue;
+        }
+        match store.free_ids_in(ids) {
+            Ok(ids) => {
+                let missing = adopt_missing(shared, store, active, deferred, ids);
+                tracing::info!(
+                    node,
+                    missing,
+                    "a node stopped heartbeating: adopting its free jobs"
+                );
+            }
+            Err(error) => {
+                handled.remove(&node);
+                tracing::warn!(%error, node, "cannot read the jobs of a node that stopped heartbeating");
+            }
+        }
+    }
+}
+
+/// Reads and adopts those of `ids` the engine lacks (own ones at once, others' after the
+/// affinity time); returns how many it lacked.
+fn adopt_missing(
+    shared: &Shared,
+    store: &PgStore,
+    active: &active::Active,
+    deferred: &mut active::Deferred,
+    mut ids: Vec<JobId>,
+) -> usize {
+    shared.read(|engine| ids.retain(|id| engine.job_state(*id).is_none()));
     let now = unix_ms();
     for chunk in ids.chunks(1000) {
         match store.get_free(chunk) {
@@ -258,6 +311,7 @@ fn resync(
             }
         }
     }
+    ids.len()
 }
 
 /// The system clock in Unix ms (the database's due times are compared with it only to
@@ -272,6 +326,10 @@ const SLICE: Duration = Duration::from_millis(50);
 /// How often an active-active node sweeps lapsed leases back to ready (any node's): the bound
 /// on how late after its lease ends a dead node's reserved job is offered again.
 pub(crate) const SWEEP: Duration = Duration::from_millis(200);
+
+/// A node whose heartbeat (about once a second) is older than this is taken for dead: the
+/// others adopt its free jobs once ([`adopt_orphans`]).
+pub(crate) const STALE: Duration = Duration::from_secs(3);
 
 /// How often an active-active node reads other nodes' deferred jobs while none of its
 /// reservers waits (claim on demand: with a reserver waiting they are read at their
@@ -302,6 +360,8 @@ fn watch(
     let mut deferred = active::Deferred::default();
     // A LISTEN connection was up before: announcements may have been lost since it broke.
     let mut listened = false;
+    // Nodes that stopped heartbeating whose free jobs this node has read.
+    let mut orphans_of: HashSet<i64> = HashSet::new();
     // When deferred jobs were last read with no reserver waiting here.
     let mut lazy_read = std::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
@@ -318,6 +378,7 @@ fn watch(
                 if let Err(error) = active.node.heartbeat() {
                     tracing::warn!(%error, "cannot record this node's heartbeat");
                 }
+                adopt_orphans(shared, store, active, &mut deferred, &mut orphans_of);
             }
         }
         if lock
