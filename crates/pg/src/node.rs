@@ -16,9 +16,11 @@
 //!   connection does not hold). A lapsed lease is no hold: the job is claimable again at once,
 //!   whether or not [`Node::expire`] has swept it back to ready yet.
 //! - **Other nodes hear of it.** Jobs that become ready for everyone (puts, releases, expiries,
-//!   kicks) are announced with `NOTIFY <schema>_ready` in the same transaction (payload:
-//!   comma-separated ids), so a committed change wakes reservers on every listening node and a
-//!   rolled-back one wakes nobody.
+//!   kicks) are announced with `NOTIFY <schema>_ready` (payload: comma-separated ids): in the
+//!   same transaction for this type's statements, right after the commit for the group
+//!   commit's puts ([`crate::PgStore::shared`]), so a committed change wakes reservers on every
+//!   listening node and a rolled-back one wakes nobody. A node killed between a group commit
+//!   and its announcement is covered by [`Node::stale_nodes`]: the others read its id block.
 //! - `holder` is an opaque number the server chooses; it must be unique across the nodes of a
 //!   schema while a lease lives ([`Node::holder`] builds one from the node id and a client).
 
