@@ -186,6 +186,9 @@ struct Sql {
     next_id: String,
     get: String,
     between: String,
+    /// Shared mode: the channel the ids a commit puts or makes ready are announced on, after
+    /// the commit ([`PgStore::shared`]).
+    announce: Option<String>,
 }
 
 const COLUMNS: &str =
@@ -198,22 +201,12 @@ impl Sql {
     /// lease. Otherwise (one active node) the statement is the phase-1 one.
     fn new(schema: &SchemaName, shared: bool) -> Sql {
         let s = schema.as_str();
-        let (note, result, offset, free) = if shared {
+        // Shared mode announces the ready ids after the commit, in a transaction of their own
+        // (`announce`): a transaction that NOTIFYs holds PostgreSQL's cluster-wide notification
+        // lock from its pre-commit until its commit is flushed, so group commits that NOTIFY
+        // themselves would wait for each other's WAL flush across all nodes.
+        let (offset, free) = if shared {
             (
-                format!(
-                    ", note AS (
-                         SELECT pg_notify('{}', string_agg(id::text, ',')) FROM (
-                             SELECT id, (row_number() OVER () - 1) / 300 AS g FROM (
-                                 SELECT id FROM unnest($1::bigint[]) AS id
-                                 UNION ALL
-                                 SELECT u.id FROM unnest($9::bigint[], $10::smallint[])
-                                     AS u(id, state) WHERE u.state = 0
-                             ) ids
-                         ) x GROUP BY g
-                     )",
-                    schema.ready_channel()
-                ),
-                "SELECT (SELECT count(*) FROM note)",
                 // $16 is the node's clock when it sent the commit: a due time of the node's
                 // clock plus (database clock − node clock) is the same delay on the database
                 // clock, never shorter (the round trip only adds to it).
@@ -222,12 +215,7 @@ impl Sql {
                 format!("NOT (j.state = 3 AND j.lease_until_ms > {s}.now_ms())"),
             )
         } else {
-            (
-                String::new(),
-                "SELECT 1",
-                "0 * $16::bigint".to_owned(),
-                "true".to_owned(),
-            )
+            ("0 * $16::bigint".to_owned(), "true".to_owned())
         };
         Sql {
             // The whole group commit in one statement (one round trip, one implicit
@@ -264,8 +252,8 @@ impl Sql {
                  ), ids AS (
                      UPDATE {s}.meta SET value = greatest(value, $14::bigint)
                      WHERE key = 'next_id' AND $14::bigint IS NOT NULL
-                 ){note}
-                 {result}"
+                 )
+                 SELECT 1"
             ),
             resident: format!(
                 "SELECT {COLUMNS} FROM {s}.jobs WHERE NOT (state = 1 AND until_ms >= $1)
@@ -285,8 +273,32 @@ impl Sql {
                  WHERE state = 1 AND until_ms >= $1 AND until_ms < $2
                  ORDER BY until_ms, id LIMIT $3"
             ),
+            announce: shared.then(|| schema.ready_channel()),
         }
     }
+}
+
+/// The most ids one notification carries (a NOTIFY payload must stay below 8000 bytes; an
+/// id is at most 19 digits and a comma).
+const IDS_PER_NOTE: usize = 300;
+
+/// The simple-query text that announces `ids` on `channel` (a checked identifier) in a
+/// transaction of its own that does not wait for its WAL flush (a lost announcement after a
+/// database crash is only a missed wake-up), one notification per [`IDS_PER_NOTE`] ids;
+/// `None` for no ids.
+fn announcement<'a>(channel: &str, ids: impl Iterator<Item = &'a i64>) -> Option<String> {
+    let ids: Vec<String> = ids.map(i64::to_string).collect();
+    if ids.is_empty() {
+        return None;
+    }
+    let notes: Vec<String> = ids
+        .chunks(IDS_PER_NOTE)
+        .map(|chunk| format!("NOTIFY {channel}, '{}'", chunk.join(",")))
+        .collect();
+    Some(format!(
+        "BEGIN; SET LOCAL synchronous_commit = off; {}; COMMIT",
+        notes.join("; ")
+    ))
 }
 
 /// A `u64` as PostgreSQL `bigint`, saturating (ids, times and TTRs stay far below 2^63).
@@ -369,8 +381,12 @@ impl PgStore {
     /// The store of an active-active node ([`Node`]), in three ways:
     ///
     /// - every commit also announces the ids it puts or makes ready (kicks) on
-    ///   [`SchemaName::ready_channel`], in the same transaction, so the other nodes adopt the
-    ///   jobs (nothing uncommitted is announced);
+    ///   [`SchemaName::ready_channel`], right after it committed and before
+    ///   [`Store::commit`] returns, in a transaction of its own that does not wait for its
+    ///   flush (a notifying transaction holds PostgreSQL's cluster-wide notification lock
+    ///   until its commit is flushed; announcing in the group commit itself made the nodes'
+    ///   group commits wait for each other's WAL flush), so the other nodes adopt the jobs
+    ///   and nothing uncommitted is announced;
     /// - delayed due times are moved onto the database clock: `until` (node clock) plus the
     ///   database clock minus the node's clock at the commit ([`PgStore::with_node_clock`]),
     ///   so a node whose clock is behind cannot make a job due early by the database clock;
@@ -536,6 +552,21 @@ impl PgStore {
                 &big((self.node_clock)()),
             ],
         )?;
+        if let Some(channel) = &self.sql.announce {
+            let ready = up_id.iter().chain(
+                u_id.iter()
+                    .zip(&u_state)
+                    .filter(|(_, state)| **state == 0)
+                    .map(|(id, _)| id),
+            );
+            if let Some(sql) = announcement(channel, ready) {
+                // Committed already: a failure here loses only the wake-up (other nodes
+                // find the jobs when they resync, and the owner serves them meanwhile).
+                if let Err(e) = client.batch_execute(&sql) {
+                    tracing::warn!(error = %e, "cannot announce committed jobs");
+                }
+            }
+        }
         Ok(())
     }
 
@@ -623,6 +654,26 @@ impl PgStore {
              WHERE NOT (state = 3 AND lease_until_ms > {s}.now_ms()) ORDER BY id"
         );
         let rows = self.read_with(|c| c.query(&sql, &[]))?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| u64::try_from(r.get::<_, i64>(0)).ok())
+            .collect())
+    }
+
+    /// The ids in `range` (a node's id block) of every job no client holds under a live
+    /// lease, in id order: what the other nodes read once when a node stops heartbeating (a
+    /// node killed between a commit and its announcement leaves jobs nobody heard of).
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn free_ids_in(&self, range: std::ops::Range<JobId>) -> Result<Vec<JobId>, StoreError> {
+        let s = self.options.schema.as_str();
+        let sql = format!(
+            "SELECT id FROM {s}.jobs WHERE id >= $1 AND id < $2
+               AND NOT (state = 3 AND lease_until_ms > {s}.now_ms()) ORDER BY id"
+        );
+        let rows = self.read_with(|c| c.query(&sql, &[&big(range.start), &big(range.end)]))?;
         Ok(rows
             .iter()
             .filter_map(|r| u64::try_from(r.get::<_, i64>(0)).ok())

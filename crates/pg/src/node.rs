@@ -16,16 +16,18 @@
 //!   connection does not hold). A lapsed lease is no hold: the job is claimable again at once,
 //!   whether or not [`Node::expire`] has swept it back to ready yet.
 //! - **Other nodes hear of it.** Jobs that become ready for everyone (puts, releases, expiries,
-//!   kicks) are announced with `NOTIFY <schema>_ready` in the same transaction (payload:
-//!   comma-separated ids), so a committed change wakes reservers on every listening node and a
-//!   rolled-back one wakes nobody.
+//!   kicks) are announced with `NOTIFY <schema>_ready` (payload: comma-separated ids): in the
+//!   same transaction for this type's statements, right after the commit for the group
+//!   commit's puts ([`crate::PgStore::shared`]), so a committed change wakes reservers on every
+//!   listening node and a rolled-back one wakes nobody. A node killed between a group commit
+//!   and its announcement is covered by [`Node::stale_nodes`]: the others read its id block.
 //! - `holder` is an opaque number the server chooses; it must be unique across the nodes of a
 //!   schema while a lease lives ([`Node::holder`] builds one from the node id and a client).
 
 use std::ops::Range;
 use std::sync::{Mutex, MutexGuard};
 
-use postgres::{Client, NoTls};
+use postgres::{Client, NoTls, Statement};
 use tickwheel_queue::{JobId, FOREIGN_ID_BASE};
 
 use crate::{big, PgError, PgOptions};
@@ -118,7 +120,7 @@ pub struct Node {
     options: PgOptions,
     id: i64,
     ids: Range<u64>,
-    clients: Vec<Mutex<Option<Client>>>,
+    clients: Vec<Mutex<Option<Conn>>>,
     next: std::sync::atomic::AtomicUsize,
     sql: NodeSql,
 }
@@ -138,10 +140,39 @@ impl Drop for Node {
             .clients
             .iter_mut()
             .filter_map(|slot| slot.get_mut().unwrap_or_else(|p| p.into_inner()).take())
+            .map(|conn| conn.client)
             .collect();
         if !clients.is_empty() {
             crate::drop_off_runtime(clients);
         }
+    }
+}
+
+/// A node connection and the statements prepared on it (by the address of their text in
+/// [`NodeSql`], which lives as long as the node): each is parsed and planned once per
+/// connection, not once per call, and runs in one round trip.
+struct Conn {
+    client: Client,
+    prepared: std::collections::HashMap<usize, Statement>,
+}
+
+impl Conn {
+    fn connect(url: &str) -> Result<Conn, postgres::Error> {
+        Ok(Conn {
+            client: Client::connect(url, NoTls)?,
+            prepared: std::collections::HashMap::new(),
+        })
+    }
+
+    /// `sql` prepared on this connection (prepared now if it was not yet).
+    fn statement(&mut self, sql: &str) -> Result<Statement, postgres::Error> {
+        let key = sql.as_ptr() as usize;
+        if let Some(statement) = self.prepared.get(&key) {
+            return Ok(statement.clone());
+        }
+        let statement = self.client.prepare(sql)?;
+        self.prepared.insert(key, statement.clone());
+        Ok(statement)
     }
 }
 
@@ -159,6 +190,8 @@ struct NodeSql {
     pause: String,
     heartbeat: String,
     leave: String,
+    now: String,
+    stale: String,
 }
 
 impl NodeSql {
@@ -291,6 +324,11 @@ impl NodeSql {
             ),
             heartbeat: format!("UPDATE {s}.nodes SET heartbeat = clock_timestamp() WHERE id = $1"),
             leave: format!("DELETE FROM {s}.nodes WHERE id = $1"),
+            now: format!("SELECT {s}.now_ms()"),
+            stale: format!(
+                "SELECT id, ids_from, ids_to FROM {s}.nodes
+                 WHERE id <> $1 AND heartbeat < clock_timestamp() - $2::bigint * interval '1 millisecond'"
+            ),
         }
     }
 }
@@ -377,9 +415,12 @@ impl Node {
             options: options.clone(),
             id,
             ids: unsigned(from)..unsigned(to),
-            clients: std::iter::once(Mutex::new(Some(client)))
-                .chain((1..NODE_CONNECTIONS).map(|_| Mutex::new(None)))
-                .collect(),
+            clients: std::iter::once(Mutex::new(Some(Conn {
+                client,
+                prepared: std::collections::HashMap::new(),
+            })))
+            .chain((1..NODE_CONNECTIONS).map(|_| Mutex::new(None)))
+            .collect(),
             next: std::sync::atomic::AtomicUsize::new(0),
         })
     }
@@ -402,7 +443,7 @@ impl Node {
     }
 
     /// A free connection if there is one, else the next in turn (waiting for it).
-    fn connection(&self) -> Result<MutexGuard<'_, Option<Client>>, postgres::Error> {
+    fn connection(&self) -> Result<MutexGuard<'_, Option<Conn>>, postgres::Error> {
         let start = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let n = self.clients.len();
         let free = (0..n).find_map(|i| self.clients[(start + i) % n].try_lock().ok());
@@ -412,27 +453,32 @@ impl Node {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner()),
         };
-        if guard.as_ref().is_none_or(Client::is_closed) {
-            *guard = Some(Client::connect(&self.options.url, NoTls)?);
+        if guard.as_ref().is_none_or(|c| c.client.is_closed()) {
+            *guard = Some(Conn::connect(&self.options.url)?);
         }
         Ok(guard)
     }
 
-    /// Runs one statement on a node connection. Each is a transaction of its own, so one
-    /// chosen as a deadlock victim changed nothing and is run again (up to 3 times).
-    fn with<T>(&self, f: impl Fn(&mut Client) -> Result<T, postgres::Error>) -> Result<T, PgError> {
+    /// Runs statement `sql` (prepared once per connection) on a node connection. Each is a
+    /// transaction of its own, so one chosen as a deadlock victim changed nothing and is run
+    /// again (up to 3 times).
+    fn run<T>(
+        &self,
+        sql: &str,
+        f: impl Fn(&mut Client, &Statement) -> Result<T, postgres::Error>,
+    ) -> Result<T, PgError> {
         let mut guard = self.connection()?;
-        let client = guard.as_mut().expect("connection() fills the slot");
-        let mut r = f(client);
+        let conn = guard.as_mut().expect("connection() fills the slot");
+        let mut r = conn.statement(sql).and_then(|st| f(&mut conn.client, &st));
         for _ in 0..2 {
             match &r {
                 Err(e) if e.code() == Some(&postgres::error::SqlState::T_R_DEADLOCK_DETECTED) => {
-                    r = f(client);
+                    r = conn.statement(sql).and_then(|st| f(&mut conn.client, &st));
                 }
                 _ => break,
             }
         }
-        if r.is_err() && client.is_closed() {
+        if r.is_err() && conn.client.is_closed() {
             *guard = None;
         }
         Ok(r?)
@@ -450,7 +496,7 @@ impl Node {
     pub fn claim(&self, wanted: &[(JobId, i64)]) -> Result<Claims, PgError> {
         let ids: Vec<i64> = wanted.iter().map(|(id, _)| big(*id)).collect();
         let holders: Vec<i64> = wanted.iter().map(|(_, h)| *h).collect();
-        let rows = self.with(|c| c.query(&self.sql.claim, &[&ids, &holders]))?;
+        let rows = self.run(&self.sql.claim, |c, st| c.query(st, &[&ids, &holders]))?;
         let mut claims = Claims::default();
         let mut seen = std::collections::HashSet::new();
         for r in &rows {
@@ -496,7 +542,7 @@ impl Node {
     ///
     /// Database errors.
     pub fn delete(&self, holder: i64, id: JobId) -> Result<bool, PgError> {
-        let rows = self.with(|c| c.query(&self.sql.delete, &[&big(id), &holder]))?;
+        let rows = self.run(&self.sql.delete, |c, st| c.query(st, &[&big(id), &holder]))?;
         Ok(!rows.is_empty())
     }
 
@@ -510,7 +556,9 @@ impl Node {
     pub fn delete_many(&self, wanted: &[(JobId, i64)]) -> Result<Vec<bool>, PgError> {
         let ids: Vec<i64> = wanted.iter().map(|(id, _)| big(*id)).collect();
         let holders: Vec<i64> = wanted.iter().map(|(_, h)| *h).collect();
-        let rows = self.with(|c| c.query(&self.sql.delete_many, &[&ids, &holders]))?;
+        let rows = self.run(&self.sql.delete_many, |c, st| {
+            c.query(st, &[&ids, &holders])
+        })?;
         let mut deleted: std::collections::HashSet<(JobId, i64)> = rows
             .iter()
             .map(|r| (unsigned(r.get(0)), r.get::<_, i64>(1)))
@@ -534,9 +582,9 @@ impl Node {
         priority: u32,
         delay_ms: u64,
     ) -> Result<bool, PgError> {
-        let rows = self.with(|c| {
+        let rows = self.run(&self.sql.release, |c, st| {
             c.query(
-                &self.sql.release,
+                st,
                 &[&big(id), &holder, &i64::from(priority), &big(delay_ms)],
             )
         })?;
@@ -550,7 +598,7 @@ impl Node {
     ///
     /// Database errors.
     pub fn release_all(&self, holders: &[i64]) -> Result<Vec<JobId>, PgError> {
-        let rows = self.with(|c| c.query(&self.sql.release_all, &[&holders]))?;
+        let rows = self.run(&self.sql.release_all, |c, st| c.query(st, &[&holders]))?;
         Ok(ids_of(&rows))
     }
 
@@ -560,8 +608,9 @@ impl Node {
     ///
     /// Database errors.
     pub fn bury(&self, holder: i64, id: JobId, priority: u32) -> Result<bool, PgError> {
-        let rows =
-            self.with(|c| c.query(&self.sql.bury, &[&big(id), &holder, &i64::from(priority)]))?;
+        let rows = self.run(&self.sql.bury, |c, st| {
+            c.query(st, &[&big(id), &holder, &i64::from(priority)])
+        })?;
         Ok(!rows.is_empty())
     }
 
@@ -572,7 +621,9 @@ impl Node {
     ///
     /// Database errors.
     pub fn touch(&self, holder: i64, id: JobId) -> Result<Option<u64>, PgError> {
-        let row = self.with(|c| c.query_opt(&self.sql.touch, &[&big(id), &holder]))?;
+        let row = self.run(&self.sql.touch, |c, st| {
+            c.query_opt(st, &[&big(id), &holder])
+        })?;
         Ok(row.map(|r| unsigned(r.get(0))))
     }
 
@@ -583,7 +634,7 @@ impl Node {
     ///
     /// Database errors.
     pub fn kick(&self, tube: &str, bound: u64) -> Result<Vec<JobId>, PgError> {
-        let rows = self.with(|c| c.query(&self.sql.kick, &[&tube, &big(bound)]))?;
+        let rows = self.run(&self.sql.kick, |c, st| c.query(st, &[&tube, &big(bound)]))?;
         Ok(ids_of(&rows))
     }
 
@@ -594,7 +645,7 @@ impl Node {
     ///
     /// Database errors.
     pub fn expire(&self, limit: u64) -> Result<Vec<JobId>, PgError> {
-        let rows = self.with(|c| c.query(&self.sql.expire, &[&big(limit)]))?;
+        let rows = self.run(&self.sql.expire, |c, st| c.query(st, &[&big(limit)]))?;
         Ok(ids_of(&rows))
     }
 
@@ -605,7 +656,7 @@ impl Node {
     ///
     /// Database errors.
     pub fn tube_counts(&self, tube: &str) -> Result<TubeCounts, PgError> {
-        let r = self.with(|c| c.query_one(&self.sql.counts, &[&tube]))?;
+        let r = self.run(&self.sql.counts, |c, st| c.query_one(st, &[&tube]))?;
         Ok(TubeCounts {
             ready: unsigned(r.get(0)),
             urgent: unsigned(r.get(1)),
@@ -622,7 +673,7 @@ impl Node {
     ///
     /// Database errors.
     pub fn pause(&self, tube: &str, ms: u64) -> Result<(), PgError> {
-        self.with(|c| c.execute(&self.sql.pause, &[&tube, &big(ms)]))?;
+        self.run(&self.sql.pause, |c, st| c.execute(st, &[&tube, &big(ms)]))?;
         Ok(())
     }
 
@@ -632,9 +683,27 @@ impl Node {
     ///
     /// Database errors.
     pub fn db_now_ms(&self) -> Result<u64, PgError> {
-        let s = self.options.schema.as_str();
-        let r = self.with(|c| c.query_one(&format!("SELECT {s}.now_ms()"), &[]))?;
+        let r = self.run(&self.sql.now, |c, st| c.query_one(st, &[]))?;
         Ok(unsigned(r.get(0)))
+    }
+
+    /// The other nodes whose last heartbeat is more than `stale_ms` old (database clock):
+    /// dead, or cut off from the database. Their ids and id blocks.
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn stale_nodes(&self, stale_ms: u64) -> Result<Vec<(i64, Range<u64>)>, PgError> {
+        let rows = self.run(&self.sql.stale, |c, st| {
+            c.query(st, &[&self.id, &big(stale_ms)])
+        })?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let (from, to): (i64, i64) = (r.get(1), r.get(2));
+                (r.get(0), unsigned(from)..unsigned(to))
+            })
+            .collect())
     }
 
     /// Records that the node is alive.
@@ -643,7 +712,7 @@ impl Node {
     ///
     /// Database errors.
     pub fn heartbeat(&self) -> Result<(), PgError> {
-        self.with(|c| c.execute(&self.sql.heartbeat, &[&self.id]))?;
+        self.run(&self.sql.heartbeat, |c, st| c.execute(st, &[&self.id]))?;
         Ok(())
     }
 
@@ -654,7 +723,7 @@ impl Node {
     ///
     /// Database errors.
     pub fn leave(self) -> Result<(), PgError> {
-        self.with(|c| c.execute(&self.sql.leave, &[&self.id]))?;
+        self.run(&self.sql.leave, |c, st| c.execute(st, &[&self.id]))?;
         Ok(())
     }
 }

@@ -542,3 +542,44 @@ fn batched_deletes_check_each_holder() {
         vec![true]
     );
 }
+
+/// A node that stops heartbeating is found by the others (`stale_nodes`, by the database
+/// clock), and `free_ids_in` lists the jobs of its id block that no one holds under a live
+/// lease: what the others adopt when a node was killed between a commit and its announcement.
+#[test]
+fn a_silent_nodes_free_jobs_are_found_by_its_id_block() {
+    let Some((_cluster, options)) = setup() else {
+        return;
+    };
+    let a = Node::join(&options).expect("join a");
+    let b = Node::join(&options).expect("join b");
+    let store = PgStore::open(&options).expect("open").shared();
+    let (x, y, z) = (a.ids().start, a.ids().start + 1, a.ids().start + 2);
+    let mine = b.ids().start;
+    put(
+        &store,
+        vec![
+            job(x, "t", DurableState::Ready, 60_000),
+            job(y, "t", DurableState::Ready, 60_000),
+            job(z, "t", DurableState::Delayed { until: 1 }, 60_000),
+            job(mine, "t", DurableState::Ready, 60_000),
+        ],
+    );
+    // Fresh heartbeats: nobody is stale within a minute; everyone is with no allowance.
+    assert!(b.stale_nodes(60_000).expect("stale").is_empty());
+    let stale = b.stale_nodes(0).expect("stale");
+    assert_eq!(stale, vec![(a.id(), a.ids())], "b does not list itself");
+    // y is held under a live lease: not free. x and z (delayed) are; b's job is in b's block.
+    let won = b.claim(&[(y, b.holder(1))]).expect("claim").won;
+    assert_eq!(won.len(), 1);
+    assert_eq!(store.free_ids_in(a.ids()).expect("free"), vec![x, z]);
+    assert_eq!(store.free_ids_in(b.ids()).expect("free"), vec![mine]);
+    // A heartbeat makes a node fresh again.
+    std::thread::sleep(Duration::from_millis(20));
+    a.heartbeat().expect("heartbeat");
+    assert!(b
+        .stale_nodes(10)
+        .expect("stale")
+        .iter()
+        .all(|(id, _)| *id != a.id()));
+}

@@ -70,6 +70,16 @@ fn as_pg_user(program: &Path) -> Command {
     }
 }
 
+/// Extra server settings from `$TICKWHEEL_PG_SETTINGS` (e.g. `-c
+/// shared_preload_libraries=pg_stat_statements`, used by
+/// `crates/bench/scripts/pg_statements.py` to see where the database's time goes), appended
+/// to the `postgres` options; empty when unset.
+fn extra_settings() -> String {
+    std::env::var("TICKWHEEL_PG_SETTINGS")
+        .map(|s| format!(" {s}"))
+        .unwrap_or_default()
+}
+
 fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
@@ -156,9 +166,10 @@ impl Cluster {
                 .arg(cluster.dir.join("server.log"))
                 .args(["-w", "-t", "60", "-o"])
                 .arg(format!(
-                    "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200",
+                    "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200{}",
                     cluster.port,
-                    cluster.dir.display()
+                    cluster.dir.display(),
+                    extra_settings()
                 ))
                 .arg("start");
             match run(ctl, "pg_ctl start") {
@@ -242,9 +253,10 @@ impl Cluster {
             .arg(self.dir.join("server.log"))
             .args(["-w", "-t", "60", "-o"])
             .arg(format!(
-                "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200",
+                "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200{}",
                 self.port,
-                self.dir.display()
+                self.dir.display(),
+                extra_settings()
             ))
             .arg("start");
         run(ctl, "pg_ctl start")?;

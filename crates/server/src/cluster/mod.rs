@@ -235,18 +235,71 @@ fn resync(
     active: &active::Active,
     deferred: &mut active::Deferred,
 ) {
-    let mut ids = match store.free_ids() {
+    let ids = match store.free_ids() {
         Ok(ids) => ids,
         Err(error) => {
             tracing::warn!(%error, "cannot re-read the jobs after the LISTEN connection broke");
             return;
         }
     };
-    shared.read(|engine| ids.retain(|id| engine.job_state(*id).is_none()));
+    let missing = adopt_missing(shared, store, active, deferred, ids);
     tracing::info!(
-        missing = ids.len(),
+        missing,
         "listening again after the LISTEN connection broke: adopting the jobs missed meanwhile"
     );
+}
+
+/// Once per node that stopped heartbeating for [`STALE`] (killed, or cut off): adopts the
+/// free jobs of its id block that this node lacks, as if announced. A node killed between
+/// its group commit and the announcement that follows it leaves jobs no other node heard of.
+fn adopt_orphans(
+    shared: &Shared,
+    store: &PgStore,
+    active: &active::Active,
+    deferred: &mut active::Deferred,
+    handled: &mut HashSet<i64>,
+) {
+    let stale = match active
+        .node
+        .stale_nodes(u64::try_from(STALE.as_millis()).unwrap_or(u64::MAX))
+    {
+        Ok(stale) => stale,
+        Err(error) => {
+            tracing::warn!(%error, "cannot look for nodes that stopped heartbeating");
+            return;
+        }
+    };
+    for (node, ids) in stale {
+        if !handled.insert(node) {
+            continue;
+        }
+        match store.free_ids_in(ids) {
+            Ok(ids) => {
+                let missing = adopt_missing(shared, store, active, deferred, ids);
+                tracing::info!(
+                    node,
+                    missing,
+                    "a node stopped heartbeating: adopting its free jobs"
+                );
+            }
+            Err(error) => {
+                handled.remove(&node);
+                tracing::warn!(%error, node, "cannot read the jobs of a node that stopped heartbeating");
+            }
+        }
+    }
+}
+
+/// Reads and adopts those of `ids` the engine lacks (own ones at once, others' after the
+/// affinity time); returns how many it lacked.
+fn adopt_missing(
+    shared: &Shared,
+    store: &PgStore,
+    active: &active::Active,
+    deferred: &mut active::Deferred,
+    mut ids: Vec<JobId>,
+) -> usize {
+    shared.read(|engine| ids.retain(|id| engine.job_state(*id).is_none()));
     let now = unix_ms();
     for chunk in ids.chunks(1000) {
         match store.get_free(chunk) {
@@ -258,6 +311,7 @@ fn resync(
             }
         }
     }
+    ids.len()
 }
 
 /// The system clock in Unix ms (the database's due times are compared with it only to
@@ -272,6 +326,20 @@ const SLICE: Duration = Duration::from_millis(50);
 /// How often an active-active node sweeps lapsed leases back to ready (any node's): the bound
 /// on how late after its lease ends a dead node's reserved job is offered again.
 pub(crate) const SWEEP: Duration = Duration::from_millis(200);
+
+/// A node whose heartbeat (about once a second) is older than this is taken for dead: the
+/// others adopt its free jobs once ([`adopt_orphans`]).
+pub(crate) const STALE: Duration = Duration::from_secs(3);
+
+/// How often an active-active node reads other nodes' deferred jobs while none of its
+/// reservers waits (claim on demand: with a reserver waiting they are read at their
+/// [`active::AFFINITY`] time).
+pub(crate) const LAZY: Duration = Duration::from_secs(1);
+
+/// Whether a client of this node waits in `reserve` (it has nothing to give it).
+fn reservers_waiting(shared: &Shared) -> bool {
+    shared.read(|engine| engine.stats().waiting) > 0
+}
 
 fn watch(
     shared: &Shared,
@@ -292,6 +360,10 @@ fn watch(
     let mut deferred = active::Deferred::default();
     // A LISTEN connection was up before: announcements may have been lost since it broke.
     let mut listened = false;
+    // Nodes that stopped heartbeating whose free jobs this node has read.
+    let mut orphans_of: HashSet<i64> = HashSet::new();
+    // When deferred jobs were last read with no reserver waiting here.
+    let mut lazy_read = std::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
         if let Some(active) = active.as_ref().filter(|_| swept.elapsed() >= SWEEP) {
             swept = std::time::Instant::now();
@@ -306,6 +378,7 @@ fn watch(
                 if let Err(error) = active.node.heartbeat() {
                     tracing::warn!(%error, "cannot record this node's heartbeat");
                 }
+                adopt_orphans(shared, store, active, &mut deferred, &mut orphans_of);
             }
         }
         if lock
@@ -345,10 +418,18 @@ fn watch(
         let mut ready: Vec<JobId> = Vec::new();
         if let Some(client) = listener.as_mut() {
             let mut notes = client.notifications();
-            // Wake for the next deferred job, too.
-            let wait = deferred
-                .next_in(unix_ms())
-                .map_or(wait, |next| next.clamp(Duration::from_millis(1), wait));
+            // Wake for the next deferred job, too: at its time while reservers wait here,
+            // else at the next lazy read (looking every SLICE whether a reserver started
+            // waiting meanwhile).
+            let wait = match deferred.next_in(unix_ms()) {
+                Some(next) if reservers_waiting(shared) => {
+                    next.clamp(Duration::from_millis(1), wait)
+                }
+                Some(next) => next
+                    .max(LAZY.saturating_sub(lazy_read.elapsed()))
+                    .clamp(Duration::from_millis(1), wait.min(SLICE)),
+                None => wait,
+            };
             // Waits in slices, so a stop is seen within one (a server's `run` waits for this
             // thread) and a quiet slice hands over what arrived.
             let mut it = notes.timeout_iter(wait.min(SLICE));
@@ -408,8 +489,18 @@ fn watch(
         if let Some(active) = active.as_ref() {
             let now = unix_ms();
             // Other nodes' jobs whose affinity time has passed: whatever of them is still
-            // free (not deleted or claimed by their owner meanwhile) is adopted now.
-            let due = deferred.due(now, 3000);
+            // free (not deleted or claimed by their owner meanwhile) is adopted now if
+            // reservers wait here (claim on demand); else they are read together, at most
+            // every LAZY (by then their owners have mostly taken and deleted them, so the
+            // read finds few rows and this node's cache does not fill with them).
+            let due = if reservers_waiting(shared) {
+                deferred.due(now, 3000)
+            } else if lazy_read.elapsed() >= LAZY {
+                lazy_read = std::time::Instant::now();
+                deferred.due(now, usize::MAX)
+            } else {
+                Vec::new()
+            };
             let affinity = u64::try_from(active::AFFINITY.as_millis()).unwrap_or(0);
             ready.sort_unstable();
             ready.dedup();
@@ -429,20 +520,19 @@ fn watch(
                 if later {
                     shared.read(|engine| ids.retain(|id| engine.job_state(*id).is_none()));
                 }
-                if ids.is_empty() {
-                    continue;
-                }
-                match store.get_free(&ids) {
-                    Ok(records) => active::adopt_with_affinity(
-                        shared,
-                        active,
-                        records,
-                        &mut deferred,
-                        now,
-                        later,
-                    ),
-                    Err(error) => {
-                        tracing::warn!(%error, "cannot read jobs other nodes made ready");
+                for chunk in ids.chunks(3000) {
+                    match store.get_free(chunk) {
+                        Ok(records) => active::adopt_with_affinity(
+                            shared,
+                            active,
+                            records,
+                            &mut deferred,
+                            now,
+                            later,
+                        ),
+                        Err(error) => {
+                            tracing::warn!(%error, "cannot read jobs other nodes made ready");
+                        }
                     }
                 }
             }
