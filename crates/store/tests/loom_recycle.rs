@@ -25,18 +25,8 @@ use std::{
 
 use tickwheel_store::wal::recycle::{channel, persist_loop, Covered};
 
-fn model<F: Fn() + Sync + Send + 'static>(f: F) {
-    #[cfg(loom)]
-    {
-        let mut builder = loom::model::Builder::new();
-        if builder.preemption_bound.is_none() {
-            builder.preemption_bound = Some(2);
-        }
-        builder.check(f);
-    }
-    #[cfg(not(loom))]
-    f();
-}
+mod loom_common;
+use loom_common::model;
 
 /// fjall as the log sees it: what was written (the last commit's sequence number) and what a
 /// sync made durable, under one lock (fjall's journal lock orders a sync after the writes

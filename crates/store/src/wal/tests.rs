@@ -25,6 +25,16 @@ enum Op {
     },
 }
 
+/// The ids of the jobs a store recovers as resident, in the order `recover` yields them.
+fn resident_ids(store: &crate::DiskStore) -> Vec<u64> {
+    crate::Store::recover(store, u64::MAX)
+        .unwrap()
+        .resident
+        .iter()
+        .map(|r| r.id)
+        .collect()
+}
+
 /// [`encode_record`] of a payload a record can hold.
 fn record(seq: u64, payload: &[u8]) -> Vec<u8> {
     encode_record(seq, payload).expect("a test payload fits a record")
@@ -293,7 +303,7 @@ mod faults {
     use bytes::Bytes;
     use tickwheel_queue::{Change, DurableState, JobRecord, TubeName};
 
-    use super::LogFault;
+    use super::{resident_ids, LogFault};
     use crate::{DiskOptions, DiskStore, GroupCommit, Store, StoreError};
 
     fn put(id: u64) -> Change {
@@ -344,13 +354,7 @@ mod faults {
             "{fault:?}: acknowledged job lost"
         );
         assert_eq!(store.get(9).unwrap(), None);
-        let ids: Vec<u64> = store
-            .recover(u64::MAX)
-            .unwrap()
-            .resident
-            .iter()
-            .map(|r| r.id)
-            .collect();
+        let ids = resident_ids(&store);
         match fault {
             // Nothing of the group was written.
             LogFault::Write => assert_eq!(ids, vec![1]),
@@ -404,6 +408,7 @@ mod applier {
     use bytes::Bytes;
     use tickwheel_queue::{Change, DurableState, JobRecord, TubeName};
 
+    use super::resident_ids;
     use crate::{DiskOptions, DiskStore, GroupCommit, Store, StoreError};
 
     fn job(id: u64, tube: &str, state: DurableState) -> JobRecord {
@@ -549,13 +554,7 @@ mod applier {
         assert!(group.poisoned().is_some());
         drop(group);
         let store = DiskStore::open(dir.path(), DiskOptions::default()).unwrap();
-        let ids: Vec<u64> = store
-            .recover(u64::MAX)
-            .unwrap()
-            .resident
-            .iter()
-            .map(|r| r.id)
-            .collect();
+        let ids = resident_ids(&store);
         assert_eq!(
             ids,
             vec![1, 2],
