@@ -92,7 +92,9 @@
 //!    (`max(deadline, now() at insert or reset)`); equal deadlines come out in insertion order
 //!    (a reset counts as an insertion).
 //! 4. **Exact next deadline**: [`Wheel::next_deadline`] is always the minimum pending
-//!    effective deadline.
+//!    effective deadline ([`Wheel::next_deadline_mut`] too). The one opt-out:
+//!    after [`Wheel::remove_lazy`] removed the earliest timer, `next_deadline` is a lower
+//!    bound (never later than the minimum) until `next_deadline_mut` recomputes it.
 //! 5. **Stale keys are inert**: a [`TimerKey`] whose timer fired or was removed names nothing,
 //!    even after its slab entry is reused; a key from another wheel never panics.
 //! 6. **No range limit**: any `u64` is a valid deadline (a deadline 500 years out in
@@ -186,8 +188,10 @@
 //! | operation | cost |
 //! |-----------|------|
 //! | [`insert`](Wheel::insert), [`remove`](Wheel::remove), [`reset`](Wheel::reset) | O(1) amortised |
+//! | [`remove_lazy`](Wheel::remove_lazy) | O(1) (the minimum's lookup deferred to `next_deadline_mut`) |
 //! | [`get`](Wheel::get), [`deadline`](Wheel::deadline), [`contains`](Wheel::contains) | O(1) |
 //! | [`next_deadline`](Wheel::next_deadline) | O(1) |
+//! | [`next_deadline_mut`](Wheel::next_deadline_mut) | O(1), or `remove`'s lookup once after a `remove_lazy` |
 //! | [`poll`](Wheel::poll) | O(1) per timer fired plus O(1) per timer cascaded (≤ 7 per timer) |
 //! | [`poll_budgeted`](Wheel::poll_budgeted) | as `poll`, at most `budget` + 15 timers cascaded per call |
 //! | [`prepare`](Wheel::prepare) | at most `budget` + 15 timers moved per call |

@@ -106,8 +106,12 @@ pub struct Wheel<T> {
     fresh_gen: u32,
     /// The earliest pending effective deadline, exactly (meaningless when `len` is 0):
     /// lowered by every filing; recomputed (`refresh_next`) only when the timer removed,
-    /// reset or fired had this deadline.
+    /// reset or fired had this deadline. Only a lower bound while `next_stale` is set.
     next: Tick,
+    /// `true` after [`remove_lazy`](Self::remove_lazy) took the earliest timer out without
+    /// recomputing `next`: `next` is then a lower bound of the pending deadlines until
+    /// `refresh_next` or `clear` makes it exact (filings keep it a lower bound).
+    next_stale: bool,
     /// `2 × garbage − 3 × len − 2 × slack`, where `garbage` is the number of items
     /// in all slots whose timer was cancelled or reset: positive when garbage exceeds its
     /// bound (see `GARBAGE_HALVES`). One counter, so that a cancel (+5), an insert (−3), a
@@ -223,6 +227,7 @@ impl<T> Wheel<T> {
             scratch: Vec::new(),
             fresh_gen: wheel_seed(),
             next: Tick::MAX,
+            next_stale: false,
             pressure: -2 * GARBAGE_SLACK as i64,
             slack: GARBAGE_SLACK,
             cancels: 0,
@@ -411,6 +416,48 @@ impl<T> Wheel<T> {
         Some(timer.value)
     }
 
+    /// Like [`remove`](Self::remove), but when the removed timer was the earliest, the new
+    /// earliest deadline is not looked up now: it is found by the next
+    /// [`next_deadline_mut`](Self::next_deadline_mut) (or a poll that needs it). O(1), and cheaper
+    /// than `remove` when the timers removed are the earliest ones and are replaced by later
+    /// ones, as with timeouts that are mostly cancelled: `remove` then looks for the next
+    /// timer each time (the timer service's schedule + cancel pair).
+    ///
+    /// Until then [`next_deadline`](Self::next_deadline) returns a lower bound of the
+    /// pending deadlines (never later than the earliest one, so a loop sleeping until it
+    /// may wake early, never late); `next_deadline_mut` is always exact.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mut wheel = tickwheel_core::Wheel::new();
+    /// let soon = wheel.insert(5, "soon");
+    /// wheel.insert(50, "later");
+    /// assert_eq!(wheel.remove_lazy(soon), Some("soon"));
+    /// assert!(wheel.next_deadline().is_some_and(|d| d <= 50)); // a lower bound
+    /// assert_eq!(wheel.next_deadline_mut(), Some(50)); // exact
+    /// assert_eq!(wheel.next_deadline(), Some(50));
+    /// ```
+    #[inline]
+    pub fn remove_lazy(&mut self, key: TimerKey) -> Option<T> {
+        let entry = self.entries.get_mut(key.index as usize)?;
+        entry.live(key.gen)?;
+        let vacant = Entry::Vacant {
+            gen: key.gen.wrapping_add(1),
+            next_free: self.free,
+        };
+        let Entry::Occupied(timer) = mem::replace(entry, vacant) else {
+            unreachable!("checked occupied above")
+        };
+        self.free = key.index;
+        self.len -= 1;
+        self.pressure += 5; // one more garbage item, one timer fewer
+        self.cancels += 1;
+        // `next` stays a lower bound: every other pending deadline is at or after it.
+        self.next_stale |= timer.deadline == self.next;
+        Some(timer.value)
+    }
+
     /// Moves a pending timer to a new deadline. O(1). Returns `false` (and does nothing) if
     /// the key names no pending timer.
     ///
@@ -541,9 +588,34 @@ impl<T> Wheel<T> {
     /// wheel.insert(30_000, "heartbeat");
     /// assert_eq!(wheel.next_deadline(), Some(30_000));
     /// ```
+    ///
+    /// After [`remove_lazy`](Self::remove_lazy) took out the earliest timer, this is only a
+    /// lower bound (never later than the earliest pending deadline) until
+    /// [`next_deadline_mut`](Self::next_deadline_mut) or a poll makes it exact again.
     #[must_use]
     pub fn next_deadline(&self) -> Option<Tick> {
         (self.len != 0).then_some(self.next)
+    }
+
+    /// The earliest pending deadline, exactly, or `None` if the wheel is empty, also after
+    /// [`remove_lazy`](Self::remove_lazy). O(1) unless a `remove_lazy` left it to be looked
+    /// up; then it costs what [`remove`](Self::remove) would have spent on it, once.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mut wheel = tickwheel_core::Wheel::new();
+    /// let first = wheel.insert(10, ());
+    /// wheel.insert(20, ());
+    /// wheel.remove_lazy(first);
+    /// assert_eq!(wheel.next_deadline_mut(), Some(20));
+    /// ```
+    #[must_use]
+    pub fn next_deadline_mut(&mut self) -> Option<Tick> {
+        if self.next_stale {
+            self.refresh_next();
+        }
+        self.next_deadline()
     }
 
     /// Advances the clock to `now` and hands out one timer whose deadline has come, or `None`
@@ -842,6 +914,8 @@ impl<T> Wheel<T> {
     /// item's address, which the caller stores in the entry.
     #[inline(always)]
     fn file(&mut self, index: u32, deadline: Tick) -> NonZeroU32 {
+        // Stays a lower bound while `next_stale` (which a filing leaves set: one store less
+        // per insert, and `next_deadline_mut` then recomputes once for nothing).
         self.next = self.next.min(deadline);
         debug_assert_eq!(
             self.odd,
@@ -1016,6 +1090,7 @@ impl<T> Wheel<T> {
     fn refresh_next(&mut self) {
         #[cfg(debug_assertions)]
         self.check_pressure();
+        self.next_stale = false;
         if self.len == 0 {
             self.next = Tick::MAX;
             return;
@@ -1622,6 +1697,7 @@ impl<T> Wheel<T> {
         self.nonempty = 0;
         self.horizon = Tick::MAX;
         self.next = Tick::MAX;
+        self.next_stale = false;
         self.pressure = -2 * self.slack as i64;
         self.free = NIL;
         self.len = 0;

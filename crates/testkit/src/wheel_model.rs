@@ -24,6 +24,11 @@ pub enum WheelOp {
     InsertIn(u64),
     /// Remove the timer of a picked key.
     Remove(usize),
+    /// Remove the timer of a picked key with `remove_lazy`: from then on `next_deadline` is
+    /// checked as a lower bound, `next_deadline_mut` (on `NextExact` and `Check`) exactly.
+    RemoveLazy(usize),
+    /// Compare `next_deadline_mut` with the model.
+    NextExact,
     /// Reset the timer of a picked key to `now() + delta` (saturating).
     Reset(usize, u64),
     /// Reset the timer of a picked key to an absolute deadline.
@@ -115,6 +120,8 @@ pub fn run_wheel_ops(start: u64, ops: &[WheelOp]) -> Result<(), String> {
     };
     // Every key issued, indexed by the value its timer carries.
     let mut keys: Vec<TimerKey> = Vec::new();
+    // A `remove_lazy` happened: `next_deadline` may be a lower bound from then on.
+    let mut lazy = false;
     for (step, op) in ops.iter().enumerate() {
         let fail = |what: String| format!("step {step} ({op:?}): {what}\n{}", recent(ops, step));
         let pick = |i: usize| (!keys.is_empty()).then(|| i % keys.len());
@@ -134,9 +141,14 @@ pub fn run_wheel_ops(start: u64, ops: &[WheelOp]) -> Result<(), String> {
                 keys.push(key);
                 check_key(&wheel, &model, key, value).map_err(fail)?;
             }
-            WheelOp::Remove(i) => {
+            WheelOp::Remove(i) | WheelOp::RemoveLazy(i) => {
                 let Some(value) = pick(i) else { continue };
-                let got = wheel.remove(keys[value]);
+                let got = if matches!(op, WheelOp::RemoveLazy(_)) {
+                    lazy = true;
+                    wheel.remove_lazy(keys[value])
+                } else {
+                    wheel.remove(keys[value])
+                };
                 let want = model.remove(value as u64).then_some(value as u64);
                 if got != want {
                     return Err(fail(format!("remove gave {got:?}, model {want:?}")));
@@ -235,7 +247,17 @@ pub fn run_wheel_ops(start: u64, ops: &[WheelOp]) -> Result<(), String> {
                     return Err(fail(format!("forged key {key:?} acted on a timer")));
                 }
             }
-            WheelOp::Check => {
+            WheelOp::NextExact | WheelOp::Check => {
+                let next = wheel.next_deadline_mut();
+                if next != model.next_deadline() {
+                    return Err(fail(format!(
+                        "next_deadline_mut {next:?} vs model {:?}",
+                        model.next_deadline()
+                    )));
+                }
+                if *op == WheelOp::NextExact {
+                    continue;
+                }
                 let mut got: Vec<(u64, u64)> = Vec::new();
                 for (key, deadline, &value) in wheel.iter() {
                     if keys.get(value as usize) != Some(&key) {
@@ -268,7 +290,11 @@ pub fn run_wheel_ops(start: u64, ops: &[WheelOp]) -> Result<(), String> {
                 model.live.len()
             )));
         }
-        if wheel.next_deadline() != model.next_deadline() {
+        // Exact; after a `remove_lazy` possibly a lower bound (never later, never `None`
+        // while a timer is pending).
+        let (got, want) = (wheel.next_deadline(), model.next_deadline());
+        let lower_bound = lazy && matches!((got, want), (Some(g), Some(w)) if g <= w);
+        if got != want && !lower_bound {
             return Err(fail(format!(
                 "next_deadline {:?} vs model {:?}",
                 wheel.next_deadline(),
@@ -351,6 +377,7 @@ pub fn decode_wheel_ops(bytes: &[u8]) -> (u64, Vec<WheelOp>) {
         let op = match tag % 16 {
             0..=3 => WheelOp::InsertIn(input.delta()),
             4 => WheelOp::InsertAt(input.absolute()),
+            6 if pick.is_multiple_of(2) => WheelOp::RemoveLazy(pick),
             5 | 6 => WheelOp::Remove(pick),
             7 => WheelOp::Reset(pick, input.delta()),
             8 => WheelOp::ResetAt(pick, input.absolute()),
@@ -363,6 +390,7 @@ pub fn decode_wheel_ops(bytes: &[u8]) -> (u64, Vec<WheelOp>) {
             _ => match pick % 8 {
                 0 => WheelOp::Clear,
                 1 | 2 => WheelOp::Shrink,
+                6 => WheelOp::NextExact,
                 7 => WheelOp::Prepare(pick / 8 % 48),
                 _ => WheelOp::Check,
             },

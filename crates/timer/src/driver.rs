@@ -446,7 +446,7 @@ impl Inner {
                         // Before the shard's count drops (the mirror store after this).
                         self.in_flight.0.fetch_add(once, Ordering::SeqCst);
                     }
-                    (more, s.wheel.next_deadline())
+                    (more, s.wheel.next_deadline_mut())
                 });
                 first = false;
                 busy |= due.fires.len() + due.wakers.len() > taken;
@@ -475,7 +475,7 @@ impl Inner {
         // Publish the minimum next deadline; re-read each shard under its lock (ground rules).
         for i in 0..self.shards.len() {
             next = self.with_shard(i, |s| {
-                let next = min_tick(next, s.wheel.next_deadline());
+                let next = min_tick(next, s.wheel.next_deadline_mut());
                 s.sleep_until = next.unwrap_or(u64::MAX).max(1);
                 next
             });
@@ -504,7 +504,7 @@ impl Inner {
             let more = self.with_shard_quiet(i, |s| {
                 let nothing_due = s
                     .wheel
-                    .next_deadline()
+                    .next_deadline_mut()
                     .is_none_or(|deadline| deadline > self.now_tick());
                 // By the wheel's clock, not the real one: a driver that lags behind is
                 // still in the window the wheel is in.

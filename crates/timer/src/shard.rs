@@ -44,6 +44,9 @@
 //!   unparks the driver after unlocking. The driver sets it in every shard, under each
 //!   shard's lock, after reading that shard's next deadline (see `Inner::turn`), so
 //!   either the driver sees a new timer or its producer sees the target and wakes it.
+//!   Cancels take timers out with [`Wheel::remove_lazy`] and leave `sleep_until` alone: the
+//!   driver may wake early for a cancelled timer, never late; it reads each shard's next
+//!   deadline with [`Wheel::next_deadline_mut`], exact.
 
 use std::task::Waker;
 
@@ -327,7 +330,10 @@ impl Shard {
     #[inline]
     pub(crate) fn cancel_once(&mut self, index: u32, gen: u32) -> Option<Payload> {
         let key = make_key(index, gen);
-        let f = self.wheel.remove(key)?;
+        // Lazy: when this was the earliest timer (a timeout cancelled before every other
+        // one is due), the wheel looks up the next one when the driver asks for it, not on
+        // every cancel (`BENCHMARKS.md`, "schedule + cancel: the earliest timer's cancel").
+        let f = self.wheel.remove_lazy(key)?;
         match f.slot() {
             None => {
                 self.pending -= 1;
@@ -388,7 +394,7 @@ impl Shard {
         match slot.state {
             WAITING => {
                 let key = TimerKey::from_u64(slot.key);
-                self.wheel.remove(key);
+                self.wheel.remove_lazy(key);
                 self.pending -= 1;
                 self.cancelled += 1;
                 Some(self.release(index, CANCELLED))
@@ -675,7 +681,7 @@ impl Shard {
         let slot = &self.slots[index as usize];
         if slot.state == WAITING {
             let key = TimerKey::from_u64(slot.key);
-            self.wheel.remove(key);
+            self.wheel.remove_lazy(key);
             self.cancelled += 1;
         }
         match self.release(index, DONE) {
