@@ -395,21 +395,7 @@ impl<T> Wheel<T> {
     /// ```
     #[inline]
     pub fn remove(&mut self, key: TimerKey) -> Option<T> {
-        let entry = self.entries.get_mut(key.index as usize)?;
-        entry.live(key.gen)?;
-        // The entry alone: its item in the slot is garbage from now on (no longer pointed
-        // at), and the slot is not touched (see `garbage`, `cancels`, `refresh_next`).
-        let vacant = Entry::Vacant {
-            gen: key.gen.wrapping_add(1),
-            next_free: self.free,
-        };
-        let Entry::Occupied(timer) = mem::replace(entry, vacant) else {
-            unreachable!("checked occupied above")
-        };
-        self.free = key.index;
-        self.len -= 1;
-        self.pressure += 5; // one more garbage item, one timer fewer
-        self.cancels += 1;
+        let timer = self.take_live(key)?;
         if timer.deadline == self.next {
             self.refresh_next();
         }
@@ -440,6 +426,18 @@ impl<T> Wheel<T> {
     /// ```
     #[inline]
     pub fn remove_lazy(&mut self, key: TimerKey) -> Option<T> {
+        let timer = self.take_live(key)?;
+        // `next` stays a lower bound: every other pending deadline is at or after it.
+        self.next_stale |= timer.deadline == self.next;
+        Some(timer.value)
+    }
+
+    /// Takes the timer `key` names out of its entry (`remove` and `remove_lazy` without the
+    /// minimum's upkeep). The entry alone: its item in the slot is garbage from now on (no
+    /// longer pointed at), and the slot is not touched (see `garbage`, `cancels`,
+    /// `refresh_next`).
+    #[inline(always)]
+    fn take_live(&mut self, key: TimerKey) -> Option<Timer<T>> {
         let entry = self.entries.get_mut(key.index as usize)?;
         entry.live(key.gen)?;
         let vacant = Entry::Vacant {
@@ -453,9 +451,7 @@ impl<T> Wheel<T> {
         self.len -= 1;
         self.pressure += 5; // one more garbage item, one timer fewer
         self.cancels += 1;
-        // `next` stays a lower bound: every other pending deadline is at or after it.
-        self.next_stale |= timer.deadline == self.next;
-        Some(timer.value)
+        Some(timer)
     }
 
     /// Moves a pending timer to a new deadline. O(1). Returns `false` (and does nothing) if
