@@ -75,6 +75,11 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
 /// On Linux a timer with this clock reads the same clock (`CLOCK_MONOTONIC`) as a plain
 /// count of nanoseconds for its ticks, which is cheaper than `Instant` arithmetic; its
 /// readings are rounded so that nothing fires before its deadline by `Instant::now()`.
+/// On x86-64, where the kernel's clocksource is the CPU's invariant time-stamp counter,
+/// a deadline `delay` from now is based on an upper bound of the clock computed from that
+/// counter (a third of the cost of a clock read): never earlier than the clock, at most
+/// ~6 µs later. The first timer built in a process measures the counter's rate against
+/// the clock (about 2 ms, once).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 
@@ -265,7 +270,9 @@ fn monotonic_ns() -> u64 {
 /// each the safe way, so nothing fires early:
 ///
 /// - "now" is `raw - hi`, never later than the true time since the origin;
-/// - a deadline `delay` from now is `raw - lo + delay`, never earlier than the true one.
+/// - a deadline `delay` from now is `raw - lo + delay`, never earlier than the true one,
+///   where `raw` may also be an upper bound of the clock from the CPU's counter (see
+///   [`Counter`]; x86-64 with the kernel's `tsc` clocksource).
 ///
 /// The two readings are tens of nanoseconds apart (the tightest of eight tries): the
 /// most a timer can fire late for it.
@@ -274,6 +281,10 @@ fn monotonic_ns() -> u64 {
 pub(crate) struct RawOrigin {
     lo: u64,
     hi: u64,
+    /// The CPU's time-stamp counter, where it can stand in for the clock when a deadline's
+    /// base is read (see [`Counter`]); `None`: every reading goes to the clock.
+    #[cfg(target_os = "linux")]
+    counter: Option<&'static Counter>,
 }
 
 impl RawOrigin {
@@ -284,13 +295,14 @@ impl RawOrigin {
         {
             // The tightest of a few brackets: a thread preempted between the readings
             // would make every timer that much later.
+            let counter = Counter::get();
             let mut best: Option<(Instant, RawOrigin)> = None;
             for _ in 0..8 {
                 let lo = monotonic_ns();
                 let origin = Instant::now();
                 let hi = monotonic_ns();
                 if best.is_none_or(|(_, b)| hi.saturating_sub(lo) < b.hi - b.lo) {
-                    best = Some((origin, RawOrigin { lo, hi }));
+                    best = Some((origin, RawOrigin { lo, hi, counter }));
                 }
             }
             match best {
@@ -318,9 +330,156 @@ impl RawOrigin {
     #[inline]
     pub(crate) fn now_ceil(self) -> u64 {
         #[cfg(target_os = "linux")]
-        return monotonic_ns().saturating_sub(self.lo);
+        return match self.counter {
+            Some(counter) => counter.now_ceil(),
+            None => monotonic_ns(),
+        }
+        .saturating_sub(self.lo);
         #[cfg(not(target_os = "linux"))]
         unreachable!("no raw clock outside Linux ({self:?})")
+    }
+}
+
+/// An upper bound of `CLOCK_MONOTONIC` from the CPU's time-stamp counter: what a deadline
+/// `delay` from now is based on, on every `schedule` and `sleep`. Reading the clock costs
+/// about 33 ns on-CPU here (the vDSO's serialised `rdtscp` and its arithmetic; a third of
+/// a schedule + cancel pair, `BENCHMARKS.md`, eleventh session); a plain `rdtsc` about
+/// 12 ns, and the conversion below a multiply.
+///
+/// Each thread keeps the last pair `(c0, m0)` of a counter reading and a clock reading
+/// taken *after* it (so `m0` is at or after the clock's time at `c0`). A counter reading
+/// `c` less than `WINDOW_NS` of counts later gives
+/// `now <= m0 + (c - c0) * ns_per_count + SLACK_NS`, where `ns_per_count` is an **upper
+/// bound** of the counter's period in clock nanoseconds, measured once per process over
+/// a bracket (clock, counter, …, counter, clock: the clock interval contains the counter
+/// interval, agreeing within 1/1024 with the reverse bracket) and raised by 1/256
+/// (0.39 %: NTP slews the clock by at most 0.05 %). `SLACK_NS`
+/// covers an `rdtsc` that the CPU executed a little early. Past the window (or with a
+/// counter that went backwards, e.g. another CPU's) the thread reads the clock and starts
+/// a new pair, so the bound is never more than about `WINDOW_NS / 200 + SLACK_NS`
+/// (~6 µs) late
+/// and a wrong rate can never accumulate. Deadlines round up to the tick (1 ms by
+/// default), so that slack moves a timer to the next tick rarely, and never earlier.
+///
+/// Used only where the kernel itself trusts the counter: its clocksource is `tsc` (so
+/// `CLOCK_MONOTONIC` is this counter scaled) and the CPU says the counter is invariant
+/// (`constant_tsc` and `nonstop_tsc`), and [`quanta`] reads it (`Clock::raw`, a plain
+/// `rdtsc`; no `unsafe` here). Elsewhere every reading goes to the clock, as before.
+/// "Now" for the driver (`now_floor`, a lower bound) always reads the clock.
+#[cfg(target_os = "linux")]
+#[derive(Debug)]
+pub(crate) struct Counter {
+    clock: quanta::Clock,
+    /// Clock nanoseconds per count, an upper bound, in 32.32 fixed point.
+    ns_per_count: u64,
+    /// Counts in `WINDOW_NS`: a pair is reused for at most this many counts.
+    window: u64,
+}
+
+#[cfg(target_os = "linux")]
+impl Counter {
+    /// How long a thread's `(counter, clock)` pair serves before it is renewed.
+    const WINDOW_NS: u64 = 1_000_000;
+    /// Covers a counter read the CPU executed ahead of the instructions before it.
+    const SLACK_NS: u64 = 1_000;
+
+    /// The process's counter, calibrated on first use (about 1 ms, plus `quanta`'s own
+    /// calibration), or `None` where the clock is not known to run on it.
+    fn get() -> Option<&'static Counter> {
+        static COUNTER: std::sync::OnceLock<Option<Counter>> = std::sync::OnceLock::new();
+        COUNTER.get_or_init(Counter::calibrate).as_ref()
+    }
+
+    fn trusted() -> bool {
+        if !cfg!(target_arch = "x86_64") {
+            return false;
+        }
+        let source = std::fs::read_to_string(
+            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+        )
+        .unwrap_or_default();
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let flags = cpuinfo
+            .lines()
+            .find(|l| l.starts_with("flags"))
+            .unwrap_or_default();
+        let has = |flag: &str| flags.split_whitespace().any(|f| f == flag);
+        source.trim() == "tsc" && has("constant_tsc") && has("nonstop_tsc")
+    }
+
+    fn calibrate() -> Option<Counter> {
+        if !Counter::trusted() {
+            return None;
+        }
+        Counter::measure(quanta::Clock::new())
+    }
+
+    /// Measures `clock.raw()`'s period against the clock: an upper bound, raised by 1/256.
+    /// `None` if the counter did not move forwards, or if no try (of five) was tight:
+    /// a thread preempted inside the bracket would overstate the period, and every
+    /// deadline would be that much later.
+    fn measure(clock: quanta::Clock) -> Option<Counter> {
+        (0..5)
+            .find_map(|_| Counter::measure_once(&clock))
+            .map(|ns_per_count| {
+                // `window * ns_per_count` stays below 2^32 * WINDOW_NS: no overflow in
+                // `now_ceil`.
+                let window = (u64::from(u32::MAX) * Counter::WINDOW_NS) / ns_per_count;
+                Counter {
+                    clock,
+                    ns_per_count,
+                    window,
+                }
+            })
+    }
+
+    fn measure_once(clock: &quanta::Clock) -> Option<u64> {
+        // c_0, m_a, c_a, …, c_b, m_b, c_1: the clock interval [m_a, m_b] contains the
+        // counter interval [c_a, c_b] (so their ratio bounds the counter's mean period
+        // from above) and lies inside [c_0, c_1] (the same from below). The two must
+        // agree within 1/1024, or the bracket was stretched by something else.
+        let c_0 = clock.raw();
+        let m_a = monotonic_ns();
+        let c_a = clock.raw();
+        while monotonic_ns().saturating_sub(m_a) < Counter::WINDOW_NS {
+            std::hint::spin_loop();
+        }
+        let c_b = clock.raw();
+        let m_b = monotonic_ns();
+        let c_1 = clock.raw();
+        let inner = c_b.checked_sub(c_a).filter(|&c| c > 0)?;
+        let outer = c_1.checked_sub(c_0)?;
+        if outer.checked_sub(inner)? > inner / 1024 {
+            return None;
+        }
+        let ns = u128::from(m_b.checked_sub(m_a)?);
+        let ratio = (ns << 32).div_ceil(u128::from(inner));
+        u64::try_from(ratio + ratio / 256).ok().filter(|&r| r > 0)
+    }
+
+    /// An upper bound of `CLOCK_MONOTONIC` now, in nanoseconds.
+    #[inline]
+    pub(crate) fn now_ceil(&self) -> u64 {
+        thread_local! {
+            /// `(c0, m0)`; `m0 == 0`: none yet.
+            static PAIR: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+        }
+        let c = self.clock.raw();
+        let (c0, m0) = PAIR.get();
+        let counts = c.wrapping_sub(c0);
+        if m0 != 0 && counts <= self.window {
+            return m0 + ((counts * self.ns_per_count) >> 32) + Counter::SLACK_NS;
+        }
+        self.renew(&PAIR)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn renew(&self, pair: &'static std::thread::LocalKey<std::cell::Cell<(u64, u64)>>) -> u64 {
+        let c0 = self.clock.raw();
+        let m0 = monotonic_ns();
+        pair.set((c0, m0));
+        m0
     }
 }
 
@@ -521,6 +680,53 @@ mod tests {
             assert!(raw.now_floor() >= before.saturating_sub(raw.hi));
             assert!(raw.now_ceil() >= since);
         }
+    }
+
+    /// The counter's bound is never below the clock's reading just before it, at any
+    /// point of a thread's window and across renewals, and never more than the rate's
+    /// margin (1/256 of the window, doubled for the calibration's own error) plus the slack
+    /// above the reading just after it. Checked to fail with the margin taken off the
+    /// measured period instead of added (`ratio - ratio / 256`). Runs wherever `quanta`
+    /// reads a counter or, without one, the monotonic clock (the bound holds for either);
+    /// the timer itself uses the counter only where `Counter::trusted`.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_counter_bounds_the_clock_from_above() {
+        // A thread of its own: the `(counter, clock)` pair is per thread.
+        thread::spawn(|| {
+            let counter = Counter::measure(quanta::Clock::new()).expect("a counter that moves");
+            let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+            let mut late_in_window = 0u32;
+            for _ in 0..20_000 {
+                // Up to ~80 µs between readings: every point of the 1 ms window is hit.
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let until = monotonic_ns() + x % 80_000;
+                while monotonic_ns() < until {
+                    std::hint::spin_loop();
+                }
+                let before = monotonic_ns();
+                let bound = counter.now_ceil();
+                let after = monotonic_ns();
+                assert!(bound >= before, "bound {bound} below the clock's {before}");
+                let over = bound - after.min(bound);
+                assert!(
+                    over <= Counter::WINDOW_NS / 128 + Counter::SLACK_NS,
+                    "bound {over} ns above the clock"
+                );
+                // About 1/256 of the time into the window, plus the slack: more than half
+                // the window in.
+                if over > Counter::SLACK_NS + Counter::WINDOW_NS / 512 {
+                    late_in_window += 1;
+                }
+            }
+            // Bounds from far into a window were checked, not only fresh pairs (which
+            // the ~0.8 s of readings renew hundreds of times).
+            assert!(late_in_window > 0, "no reading late in a window");
+        })
+        .join()
+        .expect("counter thread");
     }
 
     #[test]

@@ -130,7 +130,8 @@ impl Timer {
     /// plus OS wake-up latency, when workers are free. The delay may be anything,
     /// `Duration::MAX` included (that timer just never fires).
     ///
-    /// Cost: one clock read and one short lock of the calling thread's shard. A closure
+    /// Cost: one clock read (on x86-64 Linux usually a time-stamp counter read instead,
+    /// see `BENCHMARKS.md`) and one short lock of the calling thread's shard. A closure
     /// whose captures fit in 16 bytes (nothing, a `u64`, an `Arc` and a `u64`, a channel
     /// sender…) is stored in the timer's wheel entry without allocating; a larger one is
     /// boxed (one allocation).
