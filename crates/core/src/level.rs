@@ -19,7 +19,9 @@
 //! the cached earliest deadline was just removed (`Wheel::refresh_next`). A sorted slot is
 //! then repaired by skipping the garbage at its head (each item once: amortised O(1)); an
 //! unsorted slot the first time by a scan, which also compacts it (O(k)); a second time by a
-//! sort of its live items, after which it is sorted and exact. So a slot whose timers are
+//! stable sort of its live items (a counting sort by the low digit at level 1, whose slots
+//! span 256 ticks: O(k); a comparison sort above, O(k log k)), after which it is sorted and
+//! exact. So a slot whose timers are
 //! cancelled at random pays one scan, and a slot whose timers are cancelled in deadline order
 //! (request timeouts completed in order) pays one sort and then O(1) per cancel; a slot
 //! filled in deadline order never needs more than the head skip.

@@ -202,8 +202,9 @@
 //! removing, resetting or firing the earliest pending timer looks for the next one: it drops
 //! the garbage in front of it (each item once), and if that timer is in a slot above level 0
 //! whose timers were inserted out of deadline order, and timers were cancelled since that
-//! slot was last checked, scans that slot, and a second time sorts it (O(k log k)); the slot
-//! then stays sorted until a timer is filed out of order.
+//! slot was last checked, scans that slot, and a second time sorts it (O(k) for a level-1
+//! slot, whose 256 ticks a counting sort orders; O(k log k) above); the slot then stays
+//! sorted until a timer is filed out of order.
 //!
 //! # `no_std`
 //!

@@ -1554,6 +1554,10 @@ impl<T> Wheel<T> {
     /// and makes its minimum exact. The buffer of indices it sorts is reserved by
     /// [`reserve`](Self::reserve) and kept between calls, so a wheel with room for its
     /// timers does not allocate here either.
+    ///
+    /// A level-1 slot spans 256 ticks: its deadlines differ only in their low digit, so a
+    /// stable counting sort by that digit orders them in O(k) (two reads of each entry, in
+    /// chain order). A slot of a higher level is sorted by comparison, O(k log k).
     #[cold]
     fn sort_slot(&mut self, level: usize, slot: usize) -> bool {
         if !self.compact(level, slot) {
@@ -1562,6 +1566,96 @@ impl<T> Wheel<T> {
         let chain = self.levels[level].chains[slot];
         let mut scratch = mem::take(&mut self.scratch);
         scratch.clear();
+        if level == 1 {
+            self.counting_sort(&chain, &mut scratch);
+        } else {
+            self.comparison_sort(&chain, &mut scratch);
+        }
+        let (mut chunk, mut word) = (chain.head, chain.start);
+        let (mut min, mut max) = (Tick::MAX, 0);
+        for &index in &scratch {
+            if word == WORDS {
+                chunk = self.pool.next(chunk);
+                word = 1;
+            }
+            self.pool.set_item(chunk, word, index);
+            if let Entry::Occupied(timer) = &mut self.entries[index as usize] {
+                timer.pos = nonzero(addr(chunk, word));
+                min = min.min(timer.deadline);
+                max = max.max(timer.deadline);
+            }
+            word += 1;
+        }
+        scratch.clear();
+        self.scratch = scratch;
+        let lvl = &mut self.levels[level];
+        lvl.min[slot] = min;
+        // Sorted now (unless `max` is `Tick::MAX`, which reads as `UNSORTED`: only slower).
+        lvl.last[slot] = max;
+        lvl.exact_at[slot] = self.cancels;
+        lvl.scanned.clear(slot);
+        true
+    }
+
+    /// The items of `chain`, in order.
+    fn chain_items<'a>(pool: &'a Pool, chain: &Chain) -> impl Iterator<Item = u32> + 'a {
+        let (mut chunk, mut word, tail, end) = (chain.head, chain.start, chain.tail, chain.end);
+        core::iter::from_fn(move || {
+            if word == WORDS {
+                if chunk == tail {
+                    return None;
+                }
+                chunk = pool.next(chunk);
+                word = 1;
+            }
+            if chunk == tail && word >= end {
+                return None;
+            }
+            let index = pool.item(chunk, word);
+            word += 1;
+            Some(index)
+        })
+    }
+
+    /// [`sort_slot`](Self::sort_slot) of a compacted level-1 slot: its items into `scratch`,
+    /// stably ordered by the low digit of their deadlines (all their other digits are equal).
+    fn counting_sort(&self, chain: &Chain, scratch: &mut Vec<u32>) {
+        let deadline = |index: u32| match &self.entries[index as usize] {
+            Entry::Occupied(timer) => timer.deadline,
+            Entry::Vacant { .. } => unreachable!("compacted: every item is live"),
+        };
+        let mut starts = [0u32; SLOTS];
+        for index in Self::chain_items(&self.pool, chain) {
+            starts[slot_for(deadline(index), 0)] += 1;
+        }
+        let mut sum = 0;
+        for start in &mut starts {
+            let count = *start;
+            *start = sum;
+            sum += count;
+        }
+        debug_assert_eq!(sum, chain.items);
+        #[cfg(debug_assertions)]
+        {
+            let high = deadline(self.pool.item(chain.head, chain.start)) >> BITS_PER_LEVEL;
+            debug_assert!(
+                Self::chain_items(&self.pool, chain).all(|i| deadline(i) >> BITS_PER_LEVEL == high),
+                "a level-1 slot spans more than 256 ticks"
+            );
+        }
+        // Within the reserved capacity (see `reserve`): no allocation.
+        scratch.resize(chain.items as usize, 0);
+        for index in Self::chain_items(&self.pool, chain) {
+            let start = &mut starts[slot_for(deadline(index), 0)];
+            scratch[*start as usize] = index;
+            *start += 1;
+        }
+    }
+
+    /// [`sort_slot`](Self::sort_slot) of a compacted slot above level 1: its items into
+    /// `scratch`, stably ordered by deadline (a comparison sort; the positions hold each
+    /// item's rank meanwhile, the tie-break that keeps filing order).
+    fn comparison_sort(&mut self, chain: &Chain, scratch: &mut Vec<u32>) {
         let (mut chunk, mut word) = (chain.head, chain.start);
         loop {
             let last = chunk == chain.tail;
@@ -1587,30 +1681,6 @@ impl<T> Wheel<T> {
             Entry::Occupied(timer) => (timer.deadline, timer.pos.get()),
             Entry::Vacant { .. } => (Tick::MAX, u32::MAX),
         });
-        let (mut chunk, mut word) = (chain.head, chain.start);
-        let (mut min, mut max) = (Tick::MAX, 0);
-        for &index in &scratch {
-            if word == WORDS {
-                chunk = self.pool.next(chunk);
-                word = 1;
-            }
-            self.pool.set_item(chunk, word, index);
-            if let Entry::Occupied(timer) = &mut self.entries[index as usize] {
-                timer.pos = nonzero(addr(chunk, word));
-                min = min.min(timer.deadline);
-                max = max.max(timer.deadline);
-            }
-            word += 1;
-        }
-        scratch.clear();
-        self.scratch = scratch;
-        let lvl = &mut self.levels[level];
-        lvl.min[slot] = min;
-        // Sorted now (unless `max` is `Tick::MAX`, which reads as `UNSORTED`: only slower).
-        lvl.last[slot] = max;
-        lvl.exact_at[slot] = self.cancels;
-        lvl.scanned.clear(slot);
-        true
     }
 
     /// Compacts every slot. Called when the pool may not grow: afterwards it holds only

@@ -681,3 +681,32 @@ fn compacting_away_the_rest_of_a_moving_window_keeps_the_staged_timers() {
     assert_eq!(fired, (0..15).collect::<Vec<_>>());
     assert!(wheel.is_empty());
 }
+
+#[test]
+fn sorting_a_level_1_slot_keeps_ties_in_filing_order() {
+    // 600 timers in one level-1 slot (ticks 512..768), filed out of deadline order with many
+    // ties; cancelling the earliest twice makes the wheel scan, then sort that slot.
+    let mut wheel = Wheel::new();
+    let mut keys = Vec::new();
+    for i in 0..600u64 {
+        let deadline = 512 + (i * 37) % 20;
+        keys.push((deadline, i, wheel.insert(deadline, i)));
+    }
+    let mut pending: Vec<(u64, u64)> = keys.iter().map(|&(d, i, _)| (d, i)).collect();
+    pending.sort_unstable();
+    for _ in 0..2 {
+        let (deadline, value) = pending.remove(0);
+        let key = keys.iter().find(|k| k.1 == value).map(|k| k.2);
+        assert_eq!(wheel.remove(key.expect("filed")), Some(value));
+        assert_eq!(
+            wheel.next_deadline(),
+            Some(pending[0].0),
+            "after {deadline}"
+        );
+    }
+    let mut fired = Vec::new();
+    while let Some((_, value)) = wheel.poll(1_000) {
+        fired.push((wheel.now(), value));
+    }
+    assert_eq!(fired, pending, "deadline order, ties in filing order");
+}
