@@ -613,7 +613,8 @@ impl CpuSnap {
     }
 
     /// What the process used between `self` and `later`, per operation: CPU µs in total and
-    /// per thread name (the largest first), times on a CPU, minor faults.
+    /// per thread name (the largest first, as `name µs/times on a CPU`), times on a CPU,
+    /// minor faults.
     fn report(&self, later: &CpuSnap, ops: usize) -> String {
         let ops = ops.max(1) as f64;
         let mut per: Vec<(String, f64, f64)> = later
@@ -635,7 +636,7 @@ impl CpuSnap {
             .iter()
             .filter(|p| p.1 >= 0.05)
             .take(4)
-            .map(|p| format!("{} {:.1}", p.0, p.1))
+            .map(|p| format!("{} {:.1}/{:.2}", p.0, p.1, p.2))
             .collect();
         format!(
             " [cpu {total:.1} µs/op ({}), on-cpu {slices:.2}/op, minflt {:.2}/op]",
