@@ -4,23 +4,52 @@
 //! the workers (channel, callback, freeing). Deterministic apart from scheduling, so it
 //! separates the pipeline's cost from a loaded machine's noise better than `lateness`.
 //!
-//! With a third argument `ticks`, the clock instead moves through the burst one tick (1 ms)
-//! at a time, and the driver's on-CPU time is taken per tick, from each step until the
-//! callbacks due by then have run and the driver sleeps again: the first tick's cost, the
-//! most expensive ticks and how many cost more than the tick itself. CPU time, not wall
-//! time, so a loaded machine changes it much less than it changes lateness.
+//! With a third argument `ticks`, the clock instead moves to each deadline the driver parks
+//! towards before the burst (its early wake, as a real clock would reach it), then through
+//! the burst one tick (1 ms) at a time, and the driver's on-CPU time is taken per tick, from
+//! each step until the callbacks due by then have run and the driver sleeps again: the
+//! first tick's cost, the most expensive ticks and how many cost more than the tick itself.
+//! CPU time, not wall time, so a loaded machine changes it much less than it changes
+//! lateness.
 //!
 //! By default each callback captures two `Arc`s and its index (24 bytes: boxed). With the
 //! flag `small` it captures one `Arc` and its index (16 bytes: stored inline in the wheel
 //! entry, no allocation per timer) and does the same work.
 //!
-//! Run: `cargo run --release -p tickwheel --example burst [timers] [runs] [ticks] [small]`
+//! With `at=MS` the burst starts MS ms after scheduling (default 1000): where it starts
+//! within the wheel's 256-tick window decides what the driver can stage before it.
+//!
+//! Run: `cargo run --release -p tickwheel --example burst [timers] [runs] [ticks] [small] [at=MS]`
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
 use tickwheel::{Clock, ManualClock, Timer};
+
+/// A `ManualClock` that remembers the deadline the driver last parked towards, so that
+/// `ticks` can move the clock through the driver's own wake-ups before the burst, as a real
+/// clock would, instead of jumping over them.
+#[derive(Debug, Clone)]
+struct Watched {
+    clock: ManualClock,
+    parked: Arc<Mutex<Option<Instant>>>,
+}
+
+impl Clock for Watched {
+    fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    fn park_until(&self, deadline: Option<Instant>) {
+        *self.parked.lock().expect("parked") = deadline;
+        self.clock.park_until(deadline);
+    }
+
+    fn system_time(&self) -> SystemTime {
+        self.clock.system_time()
+    }
+}
 
 /// Voluntary context switches (blocking waits: a worker waiting on the channel, a lock)
 /// of this process's threads whose name starts with `prefix`.
@@ -86,17 +115,46 @@ fn sleeping(prefix: &str) -> bool {
 
 /// Moves the clock through the burst one millisecond at a time; prints the driver's
 /// on-CPU time per tick (see the module docs).
-fn step_through(clock: &ManualClock, done: &AtomicU64, due_by: &[u64], run: usize) {
-    // To 1 ms before the burst (not counted): the driver cascades the window the burst
-    // starts in and stages the next one, as its early wake does on a real clock.
-    clock.advance(Duration::from_millis(999));
+fn step_through(
+    clock: &Watched,
+    start: Instant,
+    base: Instant,
+    done: &AtomicU64,
+    due_by: &[u64],
+    run: usize,
+) {
+    // To 1 ms before the burst (not counted), through each wake-up the driver parks towards
+    // on the way (its early wake stages the burst's windows), as a real clock would.
+    let eve = base - Duration::from_millis(1);
+    let mut wakes = Vec::new();
+    loop {
+        while !sleeping("burst-driver") {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        let now = clock.now();
+        match *clock.parked.lock().expect("parked") {
+            Some(at) if at > now && at < eve => {
+                wakes.push(format!("{:.0}", (at - start).as_secs_f64() * 1e3));
+                clock.clock.advance(at - now);
+            }
+            _ => break,
+        }
+    }
+    clock
+        .clock
+        .advance(eve.saturating_duration_since(clock.now()));
     while !sleeping("burst-driver") {
         std::thread::sleep(Duration::from_micros(50));
     }
+    println!(
+        "run {run}: the driver woke at ms {} before the burst (ms {:.0})",
+        wakes.join(", "),
+        (base - start).as_secs_f64() * 1e3
+    );
     let mut per_tick = Vec::with_capacity(due_by.len());
     for &due in due_by {
         let d0 = cpu_ns("burst-driver");
-        clock.advance(Duration::from_millis(1));
+        clock.clock.advance(Duration::from_millis(1));
         // Until this tick's callbacks ran and the driver is back asleep (its turn, staging
         // included, is over).
         while done.load(Ordering::Relaxed) < due || !sleeping("burst-driver") {
@@ -139,9 +197,18 @@ fn main() {
     let runs: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(3);
     let flags: Vec<String> = args.collect();
     let ticks = flags.iter().any(|f| f == "ticks");
+    // `at=MS`: the burst starts MS ms after scheduling (default 1000, tick 1000 of the
+    // timer: 232 ticks into its 256-tick window). E.g. `at=958` puts it 190 ticks in.
+    let at_ms: u64 = flags
+        .iter()
+        .find_map(|f| f.strip_prefix("at=")?.parse().ok())
+        .unwrap_or(1_000);
     let small = flags.iter().any(|f| f == "small");
     for run in 0..runs {
-        let clock = ManualClock::new();
+        let clock = Watched {
+            clock: ManualClock::new(),
+            parked: Arc::new(Mutex::new(None)),
+        };
         let timer = Timer::builder()
             .clock(clock.clone())
             .worker_threads(2)
@@ -157,7 +224,8 @@ fn main() {
         ));
         let done_count = |d: &AtomicU64| d.load(Ordering::Relaxed) + both.0.load(Ordering::Relaxed);
         let mut x: u64 = 0x9E37_79B9 + run as u64;
-        let base = clock.now() + Duration::from_secs(1);
+        let start = clock.now();
+        let base = start + Duration::from_millis(at_ms);
         // Callbacks due once the clock is `k` ms into the burst: `due_by[k]`.
         let mut due_by = vec![0u64; 1_001];
         for i in 0..n {
@@ -188,14 +256,21 @@ fn main() {
             for k in 1..due_by.len() {
                 due_by[k] += due_by[k - 1];
             }
-            step_through(&clock, if small { &both.0 } else { &done }, &due_by, run);
+            step_through(
+                &clock,
+                start,
+                base,
+                if small { &both.0 } else { &done },
+                &due_by,
+                run,
+            );
             drop(timer.stop());
             continue;
         }
         let (d0, w0) = (cpu_ns("burst-driver"), cpu_ns("burst-worker"));
         let (dw0, ww0) = (waits("burst-driver"), waits("burst-worker"));
         let start = Instant::now();
-        clock.advance(Duration::from_secs(2));
+        clock.clock.advance(Duration::from_millis(at_ms + 1_000));
         while done_count(&done) < n {
             std::thread::sleep(Duration::from_micros(200));
         }

@@ -180,11 +180,13 @@ fn run(n: usize, lead: Duration, span: Duration, seed: u64, breakdown: bool, sma
         std::thread::sleep(Duration::from_millis(10));
     }
     let threads_after = thread_stats("tickwheel");
+    let worker_turns = timer.metrics().worker_turns;
     drop(timer.stop());
     let mut v: Vec<i64> = late_ns.iter().map(|a| a.load(Ordering::Relaxed)).collect();
     drop(shared);
     if breakdown {
         print_breakdown(&offsets_ns, &v, span);
+        println!("    turns run by a worker for a late driver: {worker_turns}");
         for (name, cpu, waits) in &threads_after {
             let (cpu0, waits0) = threads_before
                 .iter()

@@ -16,6 +16,17 @@
 //!   under its lock as it goes. A producer that links a timer either does so before that
 //!   re-read (the driver sees it) or sees the target and unparks the driver; `unpark`
 //!   before `park` makes `park` return, so no wake-up is lost.
+//! - **Turns.** A turn (take what is due, dispatch it, publish the wake-up targets) runs
+//!   under a token (`turning`), normally on the driver thread. With the system clock an
+//!   idle worker waits for work only until the earliest deadline the last turn saw plus
+//!   `LATE_MARGIN_NS`; if no turn has run by then it runs the turn itself, if the token
+//!   is free (`worker_turn`). On a loaded machine the driver's wake-up sometimes ends
+//!   milliseconds late, and a late turn hands out its whole backlog late; three threads
+//!   waiting for the deadline instead of one make that rarer (`BENCHMARKS.md`, eleventh
+//!   session). The driver never waits for the token: if a worker holds it, the driver
+//!   looks again a tick later. One turner at a time, due timers taken out under their
+//!   shard's lock, only those due by the timer's clock: no timer fires twice or early,
+//!   whoever turns.
 //! - **Cancel vs fire** is decided by whoever takes the shard lock first: a cancel finds
 //!   the timer `WAITING` (and prevents the run) or `RUNNING` (too late, `false`); a
 //!   repeating task cancelled while it runs is marked and not linked again.
@@ -78,6 +89,14 @@ const BUSY_STEPS: usize = 4;
 /// too crowded to be staged at [`BUSY_STEPS`] per tick is finished before it starts.
 const URGENT: u64 = 64;
 
+/// An idle worker runs the driver's turn itself when the earliest deadline the last turn
+/// saw is this far in the past and no turn has run since (`Inner::worker_turn`). Above the
+/// driver's usual wake-up overshoot (~45 µs median, `BENCHMARKS.md`, eleventh session), so
+/// an on-time driver keeps its turns; far below the 1–4.6 ms late wake-ups a driver waiting
+/// for a core has on a busy 2-core machine. Also the least wait between two tries of a
+/// worker whose try was refused (the token held), so no worker spins on it.
+const LATE_MARGIN_NS: u64 = 150_000;
+
 /// About 30 years: "never" for deadlines beyond `Instant`'s range.
 const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
 
@@ -126,8 +145,15 @@ pub(crate) struct Inner {
     returned: Mutex<Vec<PendingTask>>,
     /// The driver's buffer, kept between turns.
     due: Mutex<Due>,
-    /// The tick the driver last parked towards (driver only; see `turn`).
+    /// The tick the driver last parked towards (under `turning`; see `turn`).
     target: AtomicU64,
+    /// The turn token: whoever holds it runs a turn (the driver, or a worker standing in
+    /// for a late driver, `worker_turn`), so there is never more than one turner.
+    turning: Mutex<()>,
+    /// Nanoseconds (from the origin) of the earliest deadline the last turn saw pending,
+    /// `u64::MAX` if none: a worker finding it more than [`LATE_MARGIN_NS`] in the past
+    /// runs the turn itself.
+    due_at_ns: CachePadded<AtomicU64>,
 }
 
 /// Seeds of slot generations: far apart per shard and per timer, so a handle of one timer
@@ -185,6 +211,8 @@ impl Inner {
             returned: Mutex::new(Vec::new()),
             due: Mutex::new(Due::default()),
             target: AtomicU64::new(0),
+            turning: Mutex::new(()),
+            due_at_ns: CachePadded::new(AtomicU64::new(u64::MAX)),
         }
     }
 
@@ -303,7 +331,7 @@ impl Inner {
 
     /// Nanoseconds from the origin to `delay` from now, never earlier than the truth, by
     /// the raw clock; `None` without one, or past `u64` nanoseconds (584 years).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn ns_after(&self, delay: Duration) -> Option<u64> {
         let raw = self.raw?;
         let delay = delay
@@ -425,6 +453,69 @@ impl Inner {
     /// raising the target back to the far timers would make the next such schedule wake
     /// the driver again. Parking too short is always safe; the driver re-reads the shards.
     pub(crate) fn turn(self: &Arc<Self>) -> Option<u64> {
+        let _token = self.turning.lock();
+        self.turn_locked()
+    }
+
+    /// The driver thread's turn: `None` if a worker holds the token (it is turning for a
+    /// late driver). The driver does not wait for it: blocking on the token would make it
+    /// sleep once more and wait for a core again when the worker is done.
+    fn driver_turn(self: &Arc<Self>) -> Option<Option<u64>> {
+        let _token = self.turning.try_lock()?;
+        Some(self.turn_locked())
+    }
+
+    /// An idle worker at the earliest deadline plus the margin (`run_worker`): if the
+    /// driver's turn is late (the earliest deadline is more than [`LATE_MARGIN_NS`] past
+    /// and no turn has run since) and no one else is turning, runs the turn here and
+    /// returns `true`. The driver, whenever it gets its
+    /// core back, finds nothing due and parks to the next deadline.
+    ///
+    /// The same turn as the driver's, under the same token: timers are taken out under
+    /// their shard's lock (a cancel still decides against fire there), only those due by
+    /// the timer's clock, and the wake-up targets are published as the driver does.
+    pub(crate) fn worker_turn(self: &Arc<Self>) -> bool {
+        let due_at = self.due_at_ns.load(Ordering::Acquire);
+        if due_at == u64::MAX || self.run_state() == STOPPED {
+            return false;
+        }
+        if self.now_ns() < due_at.saturating_add(LATE_MARGIN_NS) {
+            return false;
+        }
+        let Some(_token) = self.turning.try_lock() else {
+            return false; // the driver (or another worker) is turning
+        };
+        // A turn may have run between our reads and the token.
+        if self.due_at_ns.load(Ordering::Acquire) != due_at || self.run_state() == STOPPED {
+            return false;
+        }
+        Counters::bump(&self.counters.worker_turns);
+        self.turn_locked();
+        true
+    }
+
+    /// With the system clock: the instant from which the driver counts as late for the
+    /// earliest deadline the last turn saw (`None`: no such deadline, or a custom clock);
+    /// with `backoff`, at least [`LATE_MARGIN_NS`] from now.
+    fn late_after(&self, backoff: bool) -> Option<Instant> {
+        if !self.system_clock || self.raw.is_none() {
+            return None;
+        }
+        let due_at = self.due_at_ns.load(Ordering::Acquire);
+        if due_at == u64::MAX {
+            return None;
+        }
+        let mut ahead = due_at
+            .saturating_add(LATE_MARGIN_NS)
+            .saturating_sub(self.now_ns());
+        if backoff {
+            ahead = ahead.max(LATE_MARGIN_NS);
+        }
+        Instant::now().checked_add(Duration::from_nanos(ahead))
+    }
+
+    /// `turn` with the token held.
+    fn turn_locked(self: &Arc<Self>) -> Option<u64> {
         let mut due = std::mem::take(&mut *self.due.lock());
         let now = self.now_tick();
         let kept = self.target.load(Ordering::Relaxed);
@@ -481,6 +572,8 @@ impl Inner {
             });
         }
         self.target.store(next.unwrap_or(0), Ordering::Relaxed);
+        let due_at = next.map_or(u64::MAX, |t| self.ticks.nanos_of_tick(t).min(u64::MAX - 1));
+        self.due_at_ns.store(due_at, Ordering::Release);
         next
     }
 
@@ -661,7 +754,15 @@ impl Inner {
     pub(crate) fn run_driver(self: &Arc<Self>) {
         exact_wake_ups();
         loop {
-            let next = self.turn();
+            let Some(next) = self.driver_turn() else {
+                if self.run_state() == STOPPED {
+                    return; // `collect_after_stop` takes what is left in the shards
+                }
+                // A worker is turning: look again at the next tick.
+                let tick = self.now_tick().saturating_add(1);
+                self.clock.park_until(Some(self.instant_of(tick)));
+                continue;
+            };
             if self.run_state() == STOPPED {
                 return;
             }
@@ -776,7 +877,28 @@ pub(crate) fn run_worker(inner: &Arc<Inner>, rx: &Receiver<WorkItem>) {
         Some((tx, _)) if inner.worker_count > 1 => Some((tx, rx)),
         _ => None,
     };
-    while let Ok(Some(batch)) = rx.recv() {
+    // The last stand-in turn was refused (someone else is turning, or stopped): wait at
+    // least a margin before trying again, so an idle worker never spins on the token.
+    let mut refused = false;
+    loop {
+        // With the real clock an idle worker also waits only until the earliest deadline
+        // plus the margin: if the driver has not turned by then, this worker does.
+        let got = match inner.late_after(refused) {
+            Some(at) => match rx.recv_deadline(at) {
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                    refused = !inner.worker_turn();
+                    continue;
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+                Ok(item) => item,
+            },
+            None => match rx.recv() {
+                Ok(item) => item,
+                Err(_) => break,
+            },
+        };
+        let Some(batch) = got else { break };
+        refused = false;
         inner.run_batch(batch, share);
     }
     while let Ok(item) = rx.try_recv() {

@@ -19,6 +19,7 @@ pub(crate) struct Counters {
     pub(crate) cancelled: AtomicU64,
     pub(crate) rejected: AtomicU64,
     pub(crate) panicked: AtomicU64,
+    pub(crate) worker_turns: AtomicU64,
     lateness: [AtomicU64; LATENESS_BUCKETS],
 }
 
@@ -30,6 +31,7 @@ impl Counters {
             cancelled: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             panicked: AtomicU64::new(0),
+            worker_turns: AtomicU64::new(0),
             lateness: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
@@ -56,6 +58,7 @@ impl Counters {
             cancelled: load(&self.cancelled),
             rejected: load(&self.rejected),
             panicked: load(&self.panicked),
+            worker_turns: load(&self.worker_turns),
             lateness: LatenessHistogram {
                 buckets: std::array::from_fn(|i| load(&self.lateness[i])),
             },
@@ -100,6 +103,9 @@ pub struct Metrics {
     pub rejected: u64,
     /// Callbacks that panicked (caught; other timers are not disturbed).
     pub panicked: u64,
+    /// Turns of the driver's work run by a worker thread because the driver's wake-up was
+    /// late (the driver thread was waiting for a core; see the crate's `BENCHMARKS.md`).
+    pub worker_turns: u64,
     /// How late callbacks started and async timers fired, relative to their deadline.
     pub lateness: LatenessHistogram,
 }

@@ -52,6 +52,19 @@ impl<T> Mutex<T> {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
     }
+
+    /// The lock if it is free now, else `None` (never waits).
+    #[inline]
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        #[cfg(not(loom))]
+        return self.inner.try_lock();
+        #[cfg(loom)]
+        return match self.inner.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+    }
 }
 
 /// A condition variable for [`Mutex`].

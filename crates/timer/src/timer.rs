@@ -405,6 +405,12 @@ impl Timer {
         self.inner().turn()
     }
 
+    /// A worker's stand-in turn for a late driver (loom and deterministic tests).
+    #[doc(hidden)]
+    pub fn __worker_turn(&self) -> bool {
+        self.inner().worker_turn()
+    }
+
     /// A future that completes `duration` from now; see [`Sleep`].
     pub fn sleep(&self, duration: Duration) -> Sleep {
         if duration.is_zero() {

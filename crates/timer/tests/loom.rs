@@ -429,3 +429,81 @@ fn cancel_and_schedule_during_a_paused_cascade() {
         assert!(timer.stop().is_empty());
     });
 }
+
+/// A worker standing in for a late driver (`__worker_turn`) races the driver's own turn and
+/// a cancel. Whoever holds the turn token turns, the other skips or finds nothing due: the
+/// timer due runs at most once (exactly once unless the cancel won), never before its
+/// deadline, not after a cancel that returned `true`, and the timer not yet due stays put.
+#[test]
+fn worker_turn_vs_driver_turn_vs_cancel() {
+    model(|| {
+        let (timer, clock) = manual_timer();
+        let start = timer.now();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let early = Arc::new(AtomicUsize::new(0));
+        let (r, e, c) = (Arc::clone(&ran), Arc::clone(&early), clock.clone());
+        let due = timer
+            .schedule(Duration::from_millis(10), move || {
+                if tickwheel::Clock::now(&c) < start + Duration::from_millis(10) {
+                    e.fetch_add(1, SeqCst);
+                }
+                r.fetch_add(1, SeqCst);
+            })
+            .expect("schedule");
+        let later_ran = Arc::new(AtomicUsize::new(0));
+        let l = Arc::clone(&later_ran);
+        timer
+            .schedule(Duration::from_millis(50), move || {
+                l.fetch_add(1, SeqCst);
+            })
+            .expect("schedule");
+        // The driver's turn before the deadline publishes it; nothing is due yet, so a
+        // worker does not turn.
+        timer.__turn();
+        assert!(!timer.__worker_turn(), "nothing is late yet");
+        assert_eq!(ran.load(SeqCst), 0);
+        // The driver oversleeps: the deadline is 1 ms past.
+        clock.advance(Duration::from_millis(11));
+        let canceller = {
+            let timer = timer.clone();
+            let ran = Arc::clone(&ran);
+            thread::spawn(move || {
+                let cancelled = timer.cancel(due);
+                // A cancel that returned true was before the run: none may follow.
+                (cancelled, ran.load(SeqCst))
+            })
+        };
+        let worker = {
+            let timer = timer.clone();
+            thread::spawn(move || timer.__worker_turn())
+        };
+        let driver = {
+            let timer = timer.clone();
+            thread::spawn(move || {
+                timer.__turn();
+            })
+        };
+        let (cancelled, ran_at_cancel) = canceller.join().expect("canceller");
+        let worker_turned = worker.join().expect("worker");
+        driver.join().expect("driver");
+        timer.__turn();
+        let ran = ran.load(SeqCst);
+        assert_eq!(
+            ran + usize::from(cancelled),
+            1,
+            "ran {ran}, cancelled {cancelled}"
+        );
+        if cancelled {
+            assert_eq!(ran_at_cancel, 0);
+        }
+        assert_eq!(early.load(SeqCst), 0, "fired before its deadline");
+        assert_eq!(later_ran.load(SeqCst), 0, "a timer not due fired");
+        assert_eq!(
+            timer.metrics().worker_turns,
+            u64::from(worker_turned),
+            "worker turns counted"
+        );
+        assert_eq!(timer.pending(), 1);
+        assert_eq!(timer.stop().len(), 1, "stop returns the timer not yet due");
+    });
+}

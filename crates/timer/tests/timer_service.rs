@@ -649,3 +649,54 @@ fn shards_fire_and_cancel_across_threads() {
     assert_eq!(timer.pending(), 0);
     assert!(timer.stop().is_empty());
 }
+
+/// A worker runs the driver's turn only once the earliest deadline is more than the margin
+/// (150 µs) past with no turn since, fires only what is due by the clock, and leaves the
+/// driver nothing to do. (`__worker_turn` is what a worker calls between batches.)
+#[test]
+fn a_worker_turns_for_a_late_driver_only_past_the_margin() {
+    let clock = ManualClock::new();
+    let timer = Timer::builder()
+        .clock(clock.clone())
+        .worker_threads(0)
+        .__manual_driver()
+        .build()
+        .expect("build");
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    for (i, ms) in [10u64, 10, 12].into_iter().enumerate() {
+        let ran = Arc::clone(&ran);
+        timer
+            .schedule(Duration::from_millis(ms), move || {
+                ran.lock().expect("lock").push(i);
+            })
+            .expect("schedule");
+    }
+    assert!(
+        !timer.__worker_turn(),
+        "no turn has published a deadline yet"
+    );
+    timer.__turn();
+    clock.advance(Duration::from_millis(10) + Duration::from_micros(100));
+    assert!(
+        !timer.__worker_turn(),
+        "within the margin the driver keeps its turn"
+    );
+    assert!(ran.lock().expect("lock").is_empty());
+    clock.advance(Duration::from_micros(100));
+    assert!(timer.__worker_turn(), "200 µs late: the worker turns");
+    assert_eq!(*ran.lock().expect("lock"), vec![0, 1], "only what is due");
+    assert!(!timer.__worker_turn(), "the next deadline is not late");
+    timer.__turn();
+    assert_eq!(
+        ran.lock().expect("lock").len(),
+        2,
+        "the driver finds nothing due"
+    );
+    clock.advance(Duration::from_millis(2));
+    assert!(timer.__worker_turn());
+    assert_eq!(*ran.lock().expect("lock"), vec![0, 1, 2]);
+    assert!(!timer.__worker_turn(), "nothing pending: no turn");
+    let m = timer.metrics();
+    assert_eq!((m.worker_turns, m.fired), (2, 3));
+    assert!(timer.stop().is_empty());
+}
