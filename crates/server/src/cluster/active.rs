@@ -7,15 +7,21 @@
 //!   before the client hears of it; a lost claim drops the job from the engine
 //!   ([`Engine::drop_cached`]) and the reserve runs again. A job not due yet by the database
 //!   clock, or in a tube paused by another node, is dropped and adopted again when it may be.
-//! - `delete`, `release`, `bury` and `touch` run in the database first, checked against the
-//!   holder (this node and connection); the reply is the database's answer. The engine then
-//!   runs the same command to keep its cache (its store writes are the shared commit's,
-//!   which leave rows held by others alone).
+//! - `delete`, `release`, `bury` and `touch` are checked against the holder (this node and
+//!   connection) in the database; the reply is the database's answer. A `delete` the engine
+//!   can carry out (a job it reserved for this client, or a free one it caches) rides in the
+//!   group commit, which checks the holder in its own statement
+//!   ([`PgStore::check_delete`]); every other one, and `release`, `bury` and `touch`, run in
+//!   the database first and then on the engine to keep its cache (its store writes are the
+//!   shared commit's, which leave rows held by others alone).
+//! - Other nodes' jobs are adopted on demand ([`Active::wake_claimer`]): when a reserver
+//!   waits here, at once when one starts waiting.
 //! - Jobs other nodes make ready (puts, releases, expired leases, kicks) arrive as
 //!   notifications and are adopted by the watcher ([`super::Watcher`]), which also returns
 //!   lapsed leases to ready (any node's: a dead node's reservations come back this way).
 //!
 //! [`Engine::drop_cached`]: tickwheel_queue::Engine::drop_cached
+//! [`PgStore::check_delete`]: tickwheel_pg::PgStore::check_delete
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +39,13 @@ pub(crate) struct Active {
     pub(crate) store: Arc<PgStore>,
     /// Claims and deletes of all of this node's clients, batched ([`Batcher`]).
     batch: Batcher,
+    /// Other nodes' jobs this node looks at later ([`AFFINITY`]; claim on demand).
+    deferred: std::sync::Mutex<Deferred>,
+    /// Wakes the claimer thread ([`super::Watcher`]): a reserver started waiting here, or
+    /// jobs were deferred. Holds one wake-up at most (more add nothing).
+    wake: std::sync::mpsc::SyncSender<()>,
+    /// The claimer's end, taken once by the thread that claims on demand.
+    woken: std::sync::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
 }
 
 impl Active {
@@ -43,11 +56,32 @@ impl Active {
     /// The OS refused to start a thread.
     pub(crate) fn new(node: Node, store: Arc<PgStore>) -> std::io::Result<Active> {
         let node = Arc::new(node);
+        let (wake, woken) = std::sync::mpsc::sync_channel(1);
         Ok(Active {
             batch: Batcher::start(&node)?,
             node,
             store,
+            deferred: std::sync::Mutex::new(Deferred::default()),
+            wake,
+            woken: std::sync::Mutex::new(Some(woken)),
         })
+    }
+
+    /// Other nodes' jobs this node looks at later, locked (before the engine, never after).
+    pub(crate) fn deferred(&self) -> std::sync::MutexGuard<'_, Deferred> {
+        self.deferred.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wakes the claimer thread at once: a reserver started waiting on this node (it adopts
+    /// the deferred jobs whose affinity time has passed now, not at its next look), or jobs
+    /// were deferred (it recomputes its wait).
+    pub(crate) fn wake_claimer(&self) {
+        let _ = self.wake.try_send(());
+    }
+
+    /// The claimer's end of the wake-ups (`None` after the first call).
+    pub(crate) fn take_wake_ups(&self) -> Option<std::sync::mpsc::Receiver<()>> {
+        self.woken.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 }
 
@@ -165,7 +199,8 @@ impl Batcher {
 }
 
 impl Active {
-    fn holder(&self, client: ClientId) -> i64 {
+    /// The holder id of this node's `client` in the database.
+    pub(crate) fn holder(&self, client: ClientId) -> i64 {
         self.node.holder(client.0)
     }
 }
