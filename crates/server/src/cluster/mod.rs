@@ -381,6 +381,10 @@ fn claim_on_demand(
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
         }
         let now = unix_ms();
+        // Nothing due (one node alone, above all): no engine lock taken for the wake-up.
+        if active.deferred().next_in(now) != Some(Duration::ZERO) {
+            continue;
+        }
         let mut due = if reservers_waiting(shared) {
             active.deferred().due(now, 3000)
         } else if lazy_read.elapsed() >= LAZY {
