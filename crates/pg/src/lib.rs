@@ -44,7 +44,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -128,30 +128,6 @@ pub struct PgStore {
     /// The node's clock in Unix ms (shared mode: due times are moved from it onto the
     /// database's clock at commit).
     node_clock: NodeClock,
-    /// Shared mode: holder-checked deletes riding in the group commit
-    /// ([`PgStore::check_delete`]), by job id.
-    checked: Mutex<HashMap<JobId, Checked>>,
-}
-
-/// A holder-checked delete registered with [`PgStore::check_delete`]: the holder it acts for
-/// and, once a commit carried it, what the check came to.
-#[derive(Clone, Copy, Debug)]
-struct Checked {
-    holder: i64,
-    outcome: Option<DeleteCheck>,
-}
-
-/// What a holder-checked delete that rode in a group commit came to
-/// ([`PgStore::take_delete_check`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeleteCheck {
-    /// The row was deleted: no one else held it under a live lease (`DELETED`).
-    Deleted,
-    /// No row was deleted: gone already, or another holder has it (`NOT_FOUND`).
-    NotFound,
-    /// The commit was replayed after a broken connection and found no row: deleted by the
-    /// first attempt or by someone else, which cannot be told apart (`INTERNAL_ERROR`).
-    Unknown,
 }
 
 /// Drops `value` (connections) on a thread of its own and waits for it. The synchronous
@@ -229,7 +205,7 @@ impl Sql {
         // (`announce`): a transaction that NOTIFYs holds PostgreSQL's cluster-wide notification
         // lock from its pre-commit until its commit is flushed, so group commits that NOTIFY
         // themselves would wait for each other's WAL flush across all nodes.
-        let (offset, free, free_for) = if shared {
+        let (offset, free) = if shared {
             (
                 // $16 is the node's clock when it sent the commit: a due time of the node's
                 // clock plus (database clock − node clock) is the same delay on the database
@@ -237,20 +213,9 @@ impl Sql {
                 format!("{s}.now_ms() - $16::bigint"),
                 // Not held by anyone under a live lease (a holder acts through Node first).
                 format!("NOT (j.state = 3 AND j.lease_until_ms > {s}.now_ms())"),
-                // A delete: the same, unless the holder is the one it acts for (`d.holder`,
-                // NULL for a delete that acts for no one: the engine's own, or a client's
-                // of a job not reserved here). The holder check of `Node::delete`.
-                format!(
-                    "NOT (j.state = 3 AND j.holder IS DISTINCT FROM d.holder
-                          AND j.lease_until_ms > {s}.now_ms())"
-                ),
             )
         } else {
-            (
-                "0 * $16::bigint".to_owned(),
-                "true".to_owned(),
-                "d.holder IS NULL OR true".to_owned(),
-            )
+            ("0 * $16::bigint".to_owned(), "true".to_owned())
         };
         Sql {
             // The whole group commit in one statement (one round trip, one implicit
@@ -283,15 +248,12 @@ impl Sql {
                          AS u(id, state, until_ms, priority), off
                      WHERE j.id = u.id AND {free}
                  ), del AS (
-                     DELETE FROM {s}.jobs j
-                     USING unnest($13::bigint[], $17::bigint[]) AS d(id, holder)
-                     WHERE j.id = d.id AND ({free_for})
-                     RETURNING j.id
+                     DELETE FROM {s}.jobs j WHERE j.id = ANY($13::bigint[]) AND {free}
                  ), ids AS (
                      UPDATE {s}.meta SET value = greatest(value, $14::bigint)
                      WHERE key = 'next_id' AND $14::bigint IS NOT NULL
                  )
-                 SELECT id FROM del"
+                 SELECT 1"
             ),
             resident: format!(
                 "SELECT {COLUMNS} FROM {s}.jobs WHERE NOT (state = 1 AND until_ms >= $1)
@@ -337,11 +299,6 @@ fn announcement<'a>(channel: &str, ids: impl Iterator<Item = &'a i64>) -> Option
         "BEGIN; SET LOCAL synchronous_commit = off; {}; COMMIT",
         notes.join("; ")
     ))
-}
-
-/// A PostgreSQL `bigint` id as a `u64` (ids are never negative).
-fn unsigned(v: i64) -> u64 {
-    u64::try_from(v).unwrap_or(0)
 }
 
 /// A `u64` as PostgreSQL `bigint`, saturating (ids, times and TTRs stay far below 2^63).
@@ -418,7 +375,6 @@ impl PgStore {
             read: Mutex::new(None),
             reachable: AtomicBool::new(true),
             node_clock: Arc::new(system_ms),
-            checked: Mutex::new(HashMap::new()),
         })
     }
 
@@ -436,9 +392,7 @@ impl PgStore {
     ///   so a node whose clock is behind cannot make a job due early by the database clock;
     /// - updates and deletes leave alone a row held under a live lease (state 3): a holder
     ///   acts through [`Node::release`], [`Node::delete`], … first, and a stale engine cannot
-    ///   undo another node's claim; or, for a delete, registers its holder with
-    ///   [`PgStore::check_delete`] and the commit checks it (one statement for the batch
-    ///   instead of one more per delete).
+    ///   undo another node's claim.
     #[must_use]
     pub fn shared(mut self) -> PgStore {
         self.sql = Sql::new(&self.options.schema, true);
@@ -453,38 +407,6 @@ impl PgStore {
     pub fn with_node_clock(mut self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> PgStore {
         self.node_clock = Arc::new(clock);
         self
-    }
-
-    fn checked_guard(&self) -> MutexGuard<'_, HashMap<JobId, Checked>> {
-        self.checked.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Makes the next group commit that deletes `id` (a [`Change::Delete`] submitted after
-    /// this call) check the delete against `holder`, as [`Node::delete`] does: the row is
-    /// deleted unless someone other than `holder` holds it under a live lease. The outcome is
-    /// read with [`PgStore::take_delete_check`] once that commit is durable. The holder's
-    /// delete then costs no statement of its own: it rides in the group commit (shared mode;
-    /// one registration per job at a time, the caller serialises them, e.g. under its engine
-    /// lock).
-    pub fn check_delete(&self, id: JobId, holder: i64) {
-        self.checked_guard().insert(
-            id,
-            Checked {
-                holder,
-                outcome: None,
-            },
-        );
-    }
-
-    /// Takes what the registration of [`PgStore::check_delete`] for `(id, holder)` came to,
-    /// and removes it: `None` if no commit carried it yet (or it was never made; also
-    /// removes a registration whose delete was never submitted).
-    pub fn take_delete_check(&self, id: JobId, holder: i64) -> Option<DeleteCheck> {
-        let mut checked = self.checked_guard();
-        match checked.get(&id) {
-            Some(c) if c.holder == holder => checked.remove(&id).and_then(|c| c.outcome),
-            _ => None,
-        }
     }
 
     /// The options it was opened with.
@@ -570,7 +492,6 @@ impl PgStore {
         client: &mut Client,
         statement: &Statement,
         batch: &[Change],
-        replayed: bool,
     ) -> Result<(), postgres::Error> {
         let (net, ids_end) = fold(batch);
         let mut up_id = Vec::new();
@@ -585,8 +506,6 @@ impl PgStore {
         let (mut u_id, mut u_state, mut u_until, mut u_pri) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut deleted = Vec::new();
-        let mut holders: Vec<Option<i64>> = Vec::new();
-        let checked = self.checked_guard();
         for (id, n) in &net {
             match n {
                 Net::Upsert(r) => {
@@ -608,20 +527,11 @@ impl PgStore {
                     u_until.push(until);
                     u_pri.push(i64::from(*priority));
                 }
-                Net::Delete => {
-                    deleted.push(big(*id));
-                    holders.push(
-                        checked
-                            .get(id)
-                            .filter(|c| c.outcome.is_none())
-                            .map(|c| c.holder),
-                    );
-                }
+                Net::Delete => deleted.push(big(*id)),
             }
         }
-        drop(checked);
         let ids_end: Option<i64> = ids_end.map(big);
-        let rows = client.query(
+        client.execute(
             statement,
             &[
                 &up_id,
@@ -640,28 +550,8 @@ impl PgStore {
                 &ids_end,
                 &up_key,
                 &big((self.node_clock)()),
-                &holders,
             ],
         )?;
-        if holders.iter().any(Option::is_some) {
-            let gone: std::collections::HashSet<i64> = rows.iter().map(|r| r.get(0)).collect();
-            let mut checked = self.checked_guard();
-            for (id, holder) in deleted.iter().zip(&holders) {
-                let Some(holder) = holder else { continue };
-                let Some(entry) = checked.get_mut(&unsigned(*id)) else {
-                    continue;
-                };
-                if entry.holder == *holder && entry.outcome.is_none() {
-                    entry.outcome = Some(if gone.contains(id) {
-                        DeleteCheck::Deleted
-                    } else if replayed {
-                        DeleteCheck::Unknown
-                    } else {
-                        DeleteCheck::NotFound
-                    });
-                }
-            }
-        }
         if let Some(channel) = &self.sql.announce {
             let ready = up_id.iter().chain(
                 u_id.iter()
@@ -834,13 +724,12 @@ impl Store for PgStore {
         }
         let deadline = Instant::now() + self.options.retry;
         let mut backoff = Duration::from_millis(50);
-        let mut replayed = false;
         loop {
             let attempt = match self.commit_connection() {
                 Ok(mut guard) => {
                     let (client, statement) =
                         guard.as_mut().expect("commit_connection() fills the slot");
-                    let r = self.commit_once(client, statement, batch, replayed);
+                    let r = self.commit_once(client, statement, batch);
                     if r.as_ref()
                         .is_err_and(|e| client.is_closed() || is_connection_error(e))
                     {
@@ -857,7 +746,6 @@ impl Store for PgStore {
                 }
                 Err(e) if is_connection_error(&e) && Instant::now() < deadline => {
                     self.reachable.store(false, Ordering::Relaxed);
-                    replayed = true;
                     std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(Duration::from_secs(1));
                 }

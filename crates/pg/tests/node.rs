@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls};
-use tickwheel_pg::{DeleteCheck, Lost, Node, PgOptions, PgStore, NODE_ID_BLOCK};
+use tickwheel_pg::{Lost, Node, PgOptions, PgStore, NODE_ID_BLOCK};
 use tickwheel_queue::{Change, DurableState, JobRecord, TubeName};
 use tickwheel_store::Store;
 use tickwheel_testkit::pg::{cluster_for_test, Cluster};
@@ -540,82 +540,6 @@ fn batched_deletes_check_each_holder() {
     assert_eq!(
         node.delete_many(&[(base + 1, b)]).expect("delete"),
         vec![true]
-    );
-}
-
-/// Deletes riding in a shared store's group commit (`check_delete`): each registered one is
-/// checked against its holder in the commit's own statement and reports what it came to; an
-/// unregistered one (the engine's own) leaves a held row alone; a registration that no
-/// commit carried reports nothing.
-#[test]
-fn deletes_in_the_group_commit_check_each_holder() {
-    let Some((_cluster, options)) = setup() else {
-        return;
-    };
-    let node = Node::join(&options).expect("join");
-    let store = PgStore::open(&options).expect("open").shared();
-    let base = node.ids().start;
-    put(
-        &store,
-        (base..base + 5)
-            .map(|id| job(id, "gc", DurableState::Ready, 60_000))
-            .collect(),
-    );
-    let (a, b) = (node.holder(1), node.holder(2));
-    let won = node
-        .claim(&[(base, a), (base + 1, b), (base + 4, a)])
-        .expect("claim")
-        .won
-        .len();
-    assert_eq!(won, 3);
-    // base: held by a, deleted for b (refused); base+1: held by b, deleted for b; base+2:
-    // free, deleted for a; base+3: no registration, free: deleted; base+4: held by a, no
-    // registration: left alone; base+9: no such job, registered for a.
-    store.check_delete(base, b);
-    store.check_delete(base + 1, b);
-    store.check_delete(base + 2, a);
-    store.check_delete(base + 9, a);
-    let registered_not_carried = base + 20;
-    store.check_delete(registered_not_carried, a);
-    let batch: Vec<Change> = [base, base + 1, base + 2, base + 3, base + 4, base + 9]
-        .into_iter()
-        .map(|id| Change::Delete { id })
-        .collect();
-    store.commit(&batch).expect("commit");
-    assert_eq!(
-        store.take_delete_check(base, b),
-        Some(DeleteCheck::NotFound)
-    );
-    assert_eq!(
-        store.take_delete_check(base + 1, b),
-        Some(DeleteCheck::Deleted)
-    );
-    assert_eq!(
-        store.take_delete_check(base + 2, a),
-        Some(DeleteCheck::Deleted)
-    );
-    assert_eq!(
-        store.take_delete_check(base + 9, a),
-        Some(DeleteCheck::NotFound)
-    );
-    // Taken once; asked for by another holder than registered: nothing.
-    assert_eq!(store.take_delete_check(base + 1, b), None);
-    assert_eq!(store.take_delete_check(registered_not_carried, b), None);
-    assert_eq!(store.take_delete_check(registered_not_carried, a), None);
-    let mut left = store
-        .existing(&(base..base + 5).collect::<Vec<_>>())
-        .expect("existing");
-    left.sort_unstable();
-    assert_eq!(left, vec![base, base + 4]);
-    // The holder's own delete of base goes through.
-    store.check_delete(base, a);
-    store
-        .commit(&[Change::Delete { id: base }])
-        .expect("commit");
-    assert_eq!(store.take_delete_check(base, a), Some(DeleteCheck::Deleted));
-    assert_eq!(
-        store.existing(&[base]).expect("existing"),
-        Vec::<u64>::new()
     );
 }
 

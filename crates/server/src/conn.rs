@@ -239,11 +239,6 @@ async fn in_cluster<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             {
                 return Ok(Some(Reply::InternalError));
             }
-            if let Command::Delete(id) = command {
-                if let Some(reply) = delete_in_commit(shared, active, client, *id).await {
-                    return Ok(Some(reply));
-                }
-            }
             let reply = active::run_checked(active, client, command).await;
             if matches!(
                 reply,
@@ -302,56 +297,6 @@ async fn in_cluster<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         }
         _ => Ok(None),
     }
-}
-
-/// A `delete` of a job the engine can delete for `client` (one it reserved, or a free one in
-/// its cache), carried by the group commit (ADR 0008, "deletes in the group commit"): the
-/// store checks the holder in the commit's own statement, and the reply is the database's
-/// answer once that commit is durable. `None`: the engine cannot delete it (not cached here,
-/// reserved by another client, out of its memory window): the caller asks the database
-/// directly.
-async fn delete_in_commit(
-    shared: &Arc<Shared>,
-    active: &Arc<active::Active>,
-    client: ClientId,
-    id: tickwheel_queue::JobId,
-) -> Option<Reply> {
-    if !shared.writable(write_bytes(&Command::Delete(id)).unwrap_or(0)) {
-        return Some(Reply::InternalError);
-    }
-    let holder = active.holder(client);
-    let (now, _) = shared.clock_reading();
-    // Registered and deleted under the engine lock, so the commit that carries this change
-    // finds the registration, and no other client of this node registers the job meanwhile.
-    let (ticket, deleted) = shared.apply(|engine| {
-        active.store.check_delete(id, holder);
-        let deleted = engine.delete(now, client, id).is_ok();
-        if !deleted {
-            let _ = active.store.take_delete_check(id, holder);
-        }
-        deleted
-    });
-    if !deleted {
-        return None;
-    }
-    let committed = ticket.durable().await;
-    let check = active.store.take_delete_check(id, holder);
-    if let Err(error) = committed {
-        tracing::warn!(%error, id, "the group commit carrying a delete failed");
-        return Some(Reply::InternalError);
-    }
-    Some(match check {
-        Some(tickwheel_pg::DeleteCheck::Deleted) => Reply::Deleted,
-        Some(tickwheel_pg::DeleteCheck::NotFound) => Reply::NotFound,
-        other => {
-            tracing::warn!(
-                ?other,
-                id,
-                "a delete's outcome in the group commit is unknown"
-            );
-            Reply::InternalError
-        }
-    })
 }
 
 /// Runs a command; when the engine answers that it needs jobs from the store first

@@ -107,9 +107,9 @@ async fn two_nodes_serve_one_schema() {
 
 /// Claim on demand: a job put through node 1 while no one waits anywhere is handed to a
 /// client that starts waiting on node 2 afterwards (its reserve wakes node 2's claimer; the
-/// time this takes is measured by `crates/bench/scripts/pg_cross_node.py`, not here). Its
-/// holder's delete rides in node 2's group commit and is committed when acknowledged; a
-/// delete of it through node 1 meanwhile is refused by the database.
+/// time this takes is measured by `crates/bench/scripts/pg_cross_node.py`, not here). A
+/// delete of it through node 1 is refused by the database; its holder's delete is committed
+/// when acknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reserve_on_one_node_claims_a_job_put_through_another_and_its_delete_commits() {
     let Some(cluster) = cluster_for_test() else {

@@ -7,13 +7,10 @@
 //!   before the client hears of it; a lost claim drops the job from the engine
 //!   ([`Engine::drop_cached`]) and the reserve runs again. A job not due yet by the database
 //!   clock, or in a tube paused by another node, is dropped and adopted again when it may be.
-//! - `delete`, `release`, `bury` and `touch` are checked against the holder (this node and
-//!   connection) in the database; the reply is the database's answer. A `delete` the engine
-//!   can carry out (a job it reserved for this client, or a free one it caches) rides in the
-//!   group commit, which checks the holder in its own statement
-//!   ([`PgStore::check_delete`]); every other one, and `release`, `bury` and `touch`, run in
-//!   the database first and then on the engine to keep its cache (its store writes are the
-//!   shared commit's, which leave rows held by others alone).
+//! - `delete`, `release`, `bury` and `touch` run in the database first, checked against the
+//!   holder (this node and connection); the reply is the database's answer. The engine then
+//!   runs the same command to keep its cache (its store writes are the shared commit's,
+//!   which leave rows held by others alone).
 //! - Other nodes' jobs are adopted on demand ([`Active::wake_claimer`]): when a reserver
 //!   waits here, at once when one starts waiting.
 //! - Jobs other nodes make ready (puts, releases, expired leases, kicks) arrive as
@@ -21,7 +18,6 @@
 //!   lapsed leases to ready (any node's: a dead node's reservations come back this way).
 //!
 //! [`Engine::drop_cached`]: tickwheel_queue::Engine::drop_cached
-//! [`PgStore::check_delete`]: tickwheel_pg::PgStore::check_delete
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -199,8 +195,7 @@ impl Batcher {
 }
 
 impl Active {
-    /// The holder id of this node's `client` in the database.
-    pub(crate) fn holder(&self, client: ClientId) -> i64 {
+    fn holder(&self, client: ClientId) -> i64 {
         self.node.holder(client.0)
     }
 }
