@@ -195,6 +195,9 @@ async fn in_cluster<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                     Outcome::Reply(reply) => shared.settle(&ticket, reply).await,
                     Outcome::Load(_) => return Ok(Some(Reply::InternalError)),
                     Outcome::Wait(events) => {
+                        // Other nodes' jobs left to them so far are claimed for this
+                        // reserver now (claim on demand).
+                        active.wake_claimer();
                         wait_for_job(shared, client, events, reader, buf, shutdown).await?
                     }
                 };

@@ -105,6 +105,60 @@ async fn two_nodes_serve_one_schema() {
     two.shutdown().await;
 }
 
+/// Claim on demand: a job put through node 1 while no one waits anywhere is handed to a
+/// client that starts waiting on node 2 afterwards (its reserve wakes node 2's claimer; the
+/// time this takes is measured by `crates/bench/scripts/pg_cross_node.py`, not here). A
+/// delete of it through node 1 is refused by the database; its holder's delete is committed
+/// when acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reserve_on_one_node_claims_a_job_put_through_another_and_its_delete_commits() {
+    let Some(cluster) = cluster_for_test() else {
+        return;
+    };
+    let one = Running::open(&config(&cluster)).await;
+    let two = Running::open(&config(&cluster)).await;
+    let mut c1 = one.client().await;
+    let mut c2 = two.client().await;
+    let url = cluster.url();
+    let rows = move |id: u64| {
+        let url = url.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+                let n: i64 = admin
+                    .query_one(
+                        "SELECT count(*) FROM tickwheel.jobs WHERE id = $1",
+                        &[&i64::try_from(id).unwrap()],
+                    )
+                    .unwrap()
+                    .get(0);
+                n
+            })
+            .await
+            .unwrap()
+        }
+    };
+    for round in 0..3 {
+        let body = format!("job {round}");
+        let id = c1.put(0, 0, 60, &body).await;
+        // Some rounds let node 2 hear of the job (and leave it to node 1) first.
+        tokio::time::sleep(std::time::Duration::from_millis(100 * round)).await;
+        assert_eq!(c2.reserve(30).await, (id, body), "round {round}");
+        assert_eq!(c1.cmd(&format!("delete {id}")).await, "NOT_FOUND");
+        assert_eq!(
+            rows(id).await,
+            1,
+            "the job is there until its holder deletes it"
+        );
+        assert_eq!(c2.cmd(&format!("delete {id}")).await, "DELETED");
+        assert_eq!(rows(id).await, 0, "DELETED is sent after the commit");
+        assert_eq!(c2.cmd(&format!("delete {id}")).await, "NOT_FOUND");
+    }
+    drop((c1, c2));
+    one.shutdown().await;
+    two.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_reservers_on_two_nodes_never_share_a_job() {
     let Some(cluster) = cluster_for_test() else {

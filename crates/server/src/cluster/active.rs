@@ -11,6 +11,8 @@
 //!   holder (this node and connection); the reply is the database's answer. The engine then
 //!   runs the same command to keep its cache (its store writes are the shared commit's,
 //!   which leave rows held by others alone).
+//! - Other nodes' jobs are adopted on demand ([`Active::wake_claimer`]): when a reserver
+//!   waits here, at once when one starts waiting.
 //! - Jobs other nodes make ready (puts, releases, expired leases, kicks) arrive as
 //!   notifications and are adopted by the watcher ([`super::Watcher`]), which also returns
 //!   lapsed leases to ready (any node's: a dead node's reservations come back this way).
@@ -33,6 +35,13 @@ pub(crate) struct Active {
     pub(crate) store: Arc<PgStore>,
     /// Claims and deletes of all of this node's clients, batched ([`Batcher`]).
     batch: Batcher,
+    /// Other nodes' jobs this node looks at later ([`AFFINITY`]; claim on demand).
+    deferred: std::sync::Mutex<Deferred>,
+    /// Wakes the claimer thread ([`super::Watcher`]): a reserver started waiting here, or
+    /// jobs were deferred. Holds one wake-up at most (more add nothing).
+    wake: std::sync::mpsc::SyncSender<()>,
+    /// The claimer's end, taken once by the thread that claims on demand.
+    woken: std::sync::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
 }
 
 impl Active {
@@ -43,11 +52,32 @@ impl Active {
     /// The OS refused to start a thread.
     pub(crate) fn new(node: Node, store: Arc<PgStore>) -> std::io::Result<Active> {
         let node = Arc::new(node);
+        let (wake, woken) = std::sync::mpsc::sync_channel(1);
         Ok(Active {
             batch: Batcher::start(&node)?,
             node,
             store,
+            deferred: std::sync::Mutex::new(Deferred::default()),
+            wake,
+            woken: std::sync::Mutex::new(Some(woken)),
         })
+    }
+
+    /// Other nodes' jobs this node looks at later, locked (before the engine, never after).
+    pub(crate) fn deferred(&self) -> std::sync::MutexGuard<'_, Deferred> {
+        self.deferred.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wakes the claimer thread at once: a reserver started waiting on this node (it adopts
+    /// the deferred jobs whose affinity time has passed now, not at its next look), or jobs
+    /// were deferred (it recomputes its wait).
+    pub(crate) fn wake_claimer(&self) {
+        let _ = self.wake.try_send(());
+    }
+
+    /// The claimer's end of the wake-ups (`None` after the first call).
+    pub(crate) fn take_wake_ups(&self) -> Option<std::sync::mpsc::Receiver<()>> {
+        self.woken.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 }
 

@@ -160,6 +160,8 @@ impl Adopted {
 pub(crate) struct Watcher {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Active-active: the thread that claims other nodes' deferred jobs on demand.
+    claimer: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Drop for Watcher {
@@ -181,6 +183,20 @@ impl Watcher {
         adopted: HashSet<JobId>,
     ) -> std::io::Result<Watcher> {
         let stop = Arc::new(AtomicBool::new(false));
+        let claimer = match shared.active.get().cloned() {
+            Some(active) => match active.take_wake_ups() {
+                Some(woken) => {
+                    let (shared, flag) = (shared.clone(), stop.clone());
+                    Some(
+                        std::thread::Builder::new()
+                            .name("tickwheel-pg-claim-on-demand".into())
+                            .spawn(move || claim_on_demand(&shared, &active, &woken, &flag))?,
+                    )
+                }
+                None => None,
+            },
+            None => None,
+        };
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("tickwheel-pg-watch".into())
@@ -188,6 +204,7 @@ impl Watcher {
         Ok(Watcher {
             stop,
             thread: Some(thread),
+            claimer,
         })
     }
 
@@ -197,12 +214,15 @@ impl Watcher {
     /// after this).
     pub(crate) async fn stop(mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
+        for thread in [self.thread.take(), self.claimer.take()]
+            .into_iter()
+            .flatten()
+        {
             if !matches!(
                 tokio::task::spawn_blocking(move || thread.join()).await,
                 Ok(Ok(()))
             ) {
-                tracing::error!("the PostgreSQL watcher thread panicked");
+                tracing::error!("a PostgreSQL watcher thread panicked");
             }
         }
     }
@@ -229,12 +249,7 @@ fn listen(store: &PgStore, node: Option<i64>) -> Result<Client, postgres::Error>
 /// After the `LISTEN` connection broke (active-active): adopts every free job the engine lacks,
 /// as if it had just been announced (this node's own at once, others' after the affinity
 /// time, if still free then).
-fn resync(
-    shared: &Shared,
-    store: &PgStore,
-    active: &active::Active,
-    deferred: &mut active::Deferred,
-) {
+fn resync(shared: &Shared, store: &PgStore, active: &active::Active) {
     let ids = match store.free_ids() {
         Ok(ids) => ids,
         Err(error) => {
@@ -242,7 +257,7 @@ fn resync(
             return;
         }
     };
-    let missing = adopt_missing(shared, store, active, deferred, ids);
+    let missing = adopt_missing(shared, store, active, ids);
     tracing::info!(
         missing,
         "listening again after the LISTEN connection broke: adopting the jobs missed meanwhile"
@@ -256,7 +271,6 @@ fn adopt_orphans(
     shared: &Shared,
     store: &PgStore,
     active: &active::Active,
-    deferred: &mut active::Deferred,
     handled: &mut HashSet<i64>,
 ) {
     let stale = match active
@@ -275,7 +289,7 @@ fn adopt_orphans(
         }
         match store.free_ids_in(ids) {
             Ok(ids) => {
-                let missing = adopt_missing(shared, store, active, deferred, ids);
+                let missing = adopt_missing(shared, store, active, ids);
                 tracing::info!(
                     node,
                     missing,
@@ -296,7 +310,6 @@ fn adopt_missing(
     shared: &Shared,
     store: &PgStore,
     active: &active::Active,
-    deferred: &mut active::Deferred,
     mut ids: Vec<JobId>,
 ) -> usize {
     shared.read(|engine| ids.retain(|id| engine.job_state(*id).is_none()));
@@ -304,7 +317,15 @@ fn adopt_missing(
     for chunk in ids.chunks(1000) {
         match store.get_free(chunk) {
             Ok(records) => {
-                active::adopt_with_affinity(shared, active, records, deferred, now, false);
+                active::adopt_with_affinity(
+                    shared,
+                    active,
+                    records,
+                    &mut active.deferred(),
+                    now,
+                    false,
+                );
+                active.wake_claimer();
             }
             Err(error) => {
                 tracing::warn!(%error, "cannot re-read the jobs after the LISTEN connection broke");
@@ -333,8 +354,63 @@ pub(crate) const STALE: Duration = Duration::from_secs(3);
 
 /// How often an active-active node reads other nodes' deferred jobs while none of its
 /// reservers waits (claim on demand: with a reserver waiting they are read at their
-/// [`active::AFFINITY`] time).
+/// [`active::AFFINITY`] time, and a reserver that starts waiting wakes the claimer at once).
 pub(crate) const LAZY: Duration = Duration::from_secs(1);
+
+/// Claim on demand (active-active), on a thread of its own: adopts other nodes' deferred jobs
+/// whose [`active::AFFINITY`] time has passed, at that time while reservers wait on this node
+/// and at once when one starts waiting ([`active::Active::wake_claimer`], sent by `reserve`);
+/// with no reserver waiting, together at most every [`LAZY`] (the fallback pass).
+fn claim_on_demand(
+    shared: &Shared,
+    active: &active::Active,
+    woken: &std::sync::mpsc::Receiver<()>,
+    stop: &AtomicBool,
+) {
+    let mut lazy_read = std::time::Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let next = active.deferred().next_in(unix_ms());
+        let wait = match next {
+            Some(next) if reservers_waiting(shared) => next,
+            Some(next) => next.max(LAZY.saturating_sub(lazy_read.elapsed())),
+            None => LAZY,
+        };
+        // At most SLICE, to see a stop; a wake-up ends the wait at once.
+        match woken.recv_timeout(wait.min(SLICE)) {
+            Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+        let now = unix_ms();
+        // Nothing due (one node alone, above all): no engine lock taken for the wake-up.
+        if active.deferred().next_in(now) != Some(Duration::ZERO) {
+            continue;
+        }
+        let mut due = if reservers_waiting(shared) {
+            active.deferred().due(now, 3000)
+        } else if lazy_read.elapsed() >= LAZY {
+            lazy_read = std::time::Instant::now();
+            active.deferred().due(now, usize::MAX)
+        } else {
+            continue;
+        };
+        // Whatever of them is still free (not deleted or claimed by its owner meanwhile) and
+        // not in the engine already.
+        shared.read(|engine| due.retain(|id| engine.job_state(*id).is_none()));
+        for chunk in due.chunks(3000) {
+            match active.store.get_free(chunk) {
+                Ok(records) => active::adopt_with_affinity(
+                    shared,
+                    active,
+                    records,
+                    &mut active.deferred(),
+                    now,
+                    true,
+                ),
+                Err(error) => tracing::warn!(%error, "cannot read jobs other nodes made ready"),
+            }
+        }
+    }
+}
 
 /// Whether a client of this node waits in `reserve` (it has nothing to give it).
 fn reservers_waiting(shared: &Shared) -> bool {
@@ -356,14 +432,10 @@ fn watch(
     let mut rounds: u64 = 0;
     let mut swept = std::time::Instant::now();
     let mut polled = std::time::Instant::now();
-    // Active-active: other nodes' jobs, looked at after active::AFFINITY.
-    let mut deferred = active::Deferred::default();
     // A LISTEN connection was up before: announcements may have been lost since it broke.
     let mut listened = false;
     // Nodes that stopped heartbeating whose free jobs this node has read.
     let mut orphans_of: HashSet<i64> = HashSet::new();
-    // When deferred jobs were last read with no reserver waiting here.
-    let mut lazy_read = std::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
         if let Some(active) = active.as_ref().filter(|_| swept.elapsed() >= SWEEP) {
             swept = std::time::Instant::now();
@@ -378,7 +450,7 @@ fn watch(
                 if let Err(error) = active.node.heartbeat() {
                     tracing::warn!(%error, "cannot record this node's heartbeat");
                 }
-                adopt_orphans(shared, store, active, &mut deferred, &mut orphans_of);
+                adopt_orphans(shared, store, active, &mut orphans_of);
             }
         }
         if lock
@@ -402,7 +474,7 @@ fn watch(
                     if let Some(active) = active.as_ref().filter(|_| listened) {
                         // Listening again (before the read, so nothing falls between):
                         // whatever other nodes announced meanwhile is read from the table.
-                        resync(shared, store, active, &mut deferred);
+                        resync(shared, store, active);
                     }
                     listened = true;
                     Some(c)
@@ -418,18 +490,7 @@ fn watch(
         let mut ready: Vec<JobId> = Vec::new();
         if let Some(client) = listener.as_mut() {
             let mut notes = client.notifications();
-            // Wake for the next deferred job, too: at its time while reservers wait here,
-            // else at the next lazy read (looking every SLICE whether a reserver started
-            // waiting meanwhile).
-            let wait = match deferred.next_in(unix_ms()) {
-                Some(next) if reservers_waiting(shared) => {
-                    next.clamp(Duration::from_millis(1), wait)
-                }
-                Some(next) => next
-                    .max(LAZY.saturating_sub(lazy_read.elapsed()))
-                    .clamp(Duration::from_millis(1), wait.min(SLICE)),
-                None => wait,
-            };
+            // (Other nodes' deferred jobs are the claimer thread's: claim_on_demand.)
             // Waits in slices, so a stop is seen within one (a server's `run` waits for this
             // thread) and a quiet slice hands over what arrived.
             let mut it = notes.timeout_iter(wait.min(SLICE));
@@ -488,51 +549,43 @@ fn watch(
         }
         if let Some(active) = active.as_ref() {
             let now = unix_ms();
-            // Other nodes' jobs whose affinity time has passed: whatever of them is still
-            // free (not deleted or claimed by their owner meanwhile) is adopted now if
-            // reservers wait here (claim on demand); else they are read together, at most
-            // every LAZY (by then their owners have mostly taken and deleted them, so the
-            // read finds few rows and this node's cache does not fill with them).
-            let due = if reservers_waiting(shared) {
-                deferred.due(now, 3000)
-            } else if lazy_read.elapsed() >= LAZY {
-                lazy_read = std::time::Instant::now();
-                deferred.due(now, usize::MAX)
-            } else {
-                Vec::new()
-            };
             let affinity = u64::try_from(active::AFFINITY.as_millis()).unwrap_or(0);
             ready.sort_unstable();
             ready.dedup();
             // Jobs the engine has already (this node's own puts, above all) are not read
             // again: a stale state there is settled by the claim, which says why it lost.
             shared.read(|engine| ready.retain(|id| engine.job_state(*id).is_none()));
-            // This node's own jobs now; every other node's after the affinity time.
-            ready.retain(|id| {
-                let mine = active::owns(active, *id);
-                if !mine {
-                    deferred.push(now + affinity, *id);
-                }
-                mine
-            });
-            for (ids, later) in [(ready, false), (due, true)] {
-                let mut ids = ids;
-                if later {
-                    shared.read(|engine| ids.retain(|id| engine.job_state(*id).is_none()));
-                }
-                for chunk in ids.chunks(3000) {
-                    match store.get_free(chunk) {
-                        Ok(records) => active::adopt_with_affinity(
-                            shared,
-                            active,
-                            records,
-                            &mut deferred,
-                            now,
-                            later,
-                        ),
-                        Err(error) => {
-                            tracing::warn!(%error, "cannot read jobs other nodes made ready");
-                        }
+            // This node's own jobs now; every other node's after the affinity time, by the
+            // claimer thread (claim_on_demand: at that time if reservers wait here, else at
+            // its next lazy pass; by then their owners have mostly taken and deleted them, so
+            // the read finds few rows and this node's cache does not fill with them).
+            let mut later = 0;
+            {
+                let mut deferred = active.deferred();
+                ready.retain(|id| {
+                    let mine = active::owns(active, *id);
+                    if !mine {
+                        deferred.push(now + affinity, *id);
+                        later += 1;
+                    }
+                    mine
+                });
+            }
+            if later > 0 {
+                active.wake_claimer();
+            }
+            for chunk in ready.chunks(3000) {
+                match store.get_free(chunk) {
+                    Ok(records) => active::adopt_with_affinity(
+                        shared,
+                        active,
+                        records,
+                        &mut active.deferred(),
+                        now,
+                        false,
+                    ),
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot read jobs other nodes made ready");
                     }
                 }
             }
