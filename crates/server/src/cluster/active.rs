@@ -422,6 +422,38 @@ pub(crate) fn owns(active: &Active, id: JobId) -> bool {
     active.node.ids().contains(&id) || id >= tickwheel_queue::FOREIGN_ID_BASE
 }
 
+/// Reads the free ones of `ids` from `store` in chunks of `chunk` and adopts them with
+/// [`adopt_with_affinity`]; a chunk that cannot be read is logged and left (the periodic pass
+/// finds its jobs again). Returns whether any chunk was read.
+pub(crate) fn read_and_adopt(
+    shared: &Shared,
+    active: &Active,
+    store: &PgStore,
+    ids: &[JobId],
+    chunk: usize,
+    now_ms: u64,
+    deferred_now: bool,
+) -> bool {
+    let mut read = false;
+    for chunk in ids.chunks(chunk) {
+        match store.get_free(chunk) {
+            Ok(records) => {
+                adopt_with_affinity(
+                    shared,
+                    active,
+                    records,
+                    &mut active.deferred(),
+                    now_ms,
+                    deferred_now,
+                );
+                read = true;
+            }
+            Err(error) => tracing::warn!(%error, "cannot read free jobs to adopt"),
+        }
+    }
+    read
+}
+
 /// Adopts announced or deferred `records` (read just now, free of live leases): ready ones
 /// this node owns, or whose [`AFFINITY`] time has passed (`deferred_now` true), at once;
 /// delayed ones (the owner's wheel fires them) are deferred to their due time plus

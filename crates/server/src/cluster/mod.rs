@@ -246,22 +246,27 @@ fn listen(store: &PgStore, node: Option<i64>) -> Result<Client, postgres::Error>
     Ok(client)
 }
 
-/// After the `LISTEN` connection broke (active-active): adopts every free job the engine lacks,
-/// as if it had just been announced (this node's own at once, others' after the affinity
-/// time, if still free then).
-fn resync(shared: &Shared, store: &PgStore, active: &active::Active) {
+/// Once `LISTEN` is up (active-active), the first time (`again` false: jobs other nodes
+/// announced between this node's start-up read and its `LISTEN`) or after the connection
+/// broke: adopts every free job the engine lacks, as if it had just been announced (this
+/// node's own at once, others' after the affinity time, if still free then).
+fn resync(shared: &Shared, store: &PgStore, active: &active::Active, again: bool) {
     let ids = match store.free_ids() {
         Ok(ids) => ids,
         Err(error) => {
-            tracing::warn!(%error, "cannot re-read the jobs after the LISTEN connection broke");
+            tracing::warn!(%error, again, "cannot read the free jobs after LISTEN");
             return;
         }
     };
     let missing = adopt_missing(shared, store, active, ids);
-    tracing::info!(
-        missing,
-        "listening again after the LISTEN connection broke: adopting the jobs missed meanwhile"
-    );
+    if again {
+        tracing::info!(
+            missing,
+            "listening again after the LISTEN connection broke: adopting the jobs missed meanwhile"
+        );
+    } else {
+        tracing::debug!(missing, "listening: adopting the jobs announced before");
+    }
 }
 
 /// Once per node that stopped heartbeating for [`STALE`] (killed, or cut off): adopts the
@@ -314,23 +319,8 @@ fn adopt_missing(
 ) -> usize {
     shared.read(|engine| ids.retain(|id| engine.job_state(*id).is_none()));
     let now = unix_ms();
-    for chunk in ids.chunks(1000) {
-        match store.get_free(chunk) {
-            Ok(records) => {
-                active::adopt_with_affinity(
-                    shared,
-                    active,
-                    records,
-                    &mut active.deferred(),
-                    now,
-                    false,
-                );
-                active.wake_claimer();
-            }
-            Err(error) => {
-                tracing::warn!(%error, "cannot re-read the jobs after the LISTEN connection broke");
-            }
-        }
+    if active::read_and_adopt(shared, active, store, &ids, 1000, now, false) {
+        active.wake_claimer();
     }
     ids.len()
 }
@@ -396,19 +386,7 @@ fn claim_on_demand(
         // Whatever of them is still free (not deleted or claimed by its owner meanwhile) and
         // not in the engine already.
         shared.read(|engine| due.retain(|id| engine.job_state(*id).is_none()));
-        for chunk in due.chunks(3000) {
-            match active.store.get_free(chunk) {
-                Ok(records) => active::adopt_with_affinity(
-                    shared,
-                    active,
-                    records,
-                    &mut active.deferred(),
-                    now,
-                    true,
-                ),
-                Err(error) => tracing::warn!(%error, "cannot read jobs other nodes made ready"),
-            }
-        }
+        active::read_and_adopt(shared, active, &active.store, &due, 3000, now, true);
     }
 }
 
@@ -471,10 +449,11 @@ fn watch(
         if listener.as_ref().is_none_or(Client::is_closed) {
             listener = match listen(store, active.as_ref().map(|a| a.node.id())) {
                 Ok(c) => {
-                    if let Some(active) = active.as_ref().filter(|_| listened) {
-                        // Listening again (before the read, so nothing falls between):
-                        // whatever other nodes announced meanwhile is read from the table.
-                        resync(shared, store, active);
+                    if let Some(active) = active.as_ref() {
+                        // Listening (before the read, so nothing falls between): whatever
+                        // other nodes announced since this node's start-up read, or while
+                        // the connection was down, is read from the table.
+                        resync(shared, store, active, listened);
                     }
                     listened = true;
                     Some(c)
@@ -574,21 +553,7 @@ fn watch(
             if later > 0 {
                 active.wake_claimer();
             }
-            for chunk in ready.chunks(3000) {
-                match store.get_free(chunk) {
-                    Ok(records) => active::adopt_with_affinity(
-                        shared,
-                        active,
-                        records,
-                        &mut active.deferred(),
-                        now,
-                        false,
-                    ),
-                    Err(error) => {
-                        tracing::warn!(%error, "cannot read jobs other nodes made ready");
-                    }
-                }
-            }
+            active::read_and_adopt(shared, active, store, &ready, 3000, now, false);
         }
         if !deletes.is_empty() {
             shared.apply(|engine| {
