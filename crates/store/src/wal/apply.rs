@@ -19,14 +19,6 @@
 //!   `applied >= s` for the last settled sequence `s` it must see ([`Handoff::wait_applied`]).
 //! - After [`Handoff::fail`] nothing is applied again: pushes and waits that are not yet
 //!   satisfied return [`Stopped`], so nobody waits for an applier that is gone.
-//! - The applier is woken lazily (ADR 0019): a push wakes a parked applier only when the
-//!   queue was empty while it parked (it then parks again with a timeout, [`LAZY_APPLY`])
-//!   or once the queue holds [`WAKE_JOBS`] jobs or half its capacity; anyone who waits for
-//!   the applier (a reader in [`Handoff::wait_applied`], a push held by back-pressure) wakes
-//!   it first. So under a steady stream of commits the applier runs once per
-//!   [`WAKE_JOBS`] commits instead of once per commit, and nobody's wait depends on the
-//!   timeout. A condition variable is signalled only when someone waits on it (each signal
-//!   is a system call).
 
 use std::collections::{HashMap, VecDeque};
 
@@ -51,25 +43,6 @@ pub struct Job<B> {
     pub cost: u64,
 }
 
-/// A push wakes the parked applier once this many jobs are queued.
-pub const WAKE_JOBS: usize = 32;
-
-/// How long the applier leaves a short queue (fewer than [`WAKE_JOBS`] jobs) before it
-/// applies it anyway, so an idle store's fjall catches up with its log.
-pub const LAZY_APPLY: std::time::Duration = std::time::Duration::from_millis(5);
-
-/// How the applier waits for work.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Parked {
-    /// It runs (or is about to look at the queue again): nobody needs to wake it.
-    No,
-    /// It waits for the first job, without a timeout: the next push wakes it.
-    Empty,
-    /// It waits with a timeout ([`LAZY_APPLY`]) while a few jobs are queued: a push wakes it
-    /// once the queue is long enough.
-    Lazy,
-}
-
 /// The applier stopped after a failure: nothing more is applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stopped;
@@ -86,12 +59,6 @@ struct State<B, V> {
     pushed: u64,
     failed: bool,
     closed: bool,
-    /// How the applier waits, if it does.
-    parked: Parked,
-    /// Someone waits for the applier (a reader or a held push): it must not wait lazily.
-    wanted: usize,
-    /// The applier took a job and goes on until the queue is empty.
-    draining: bool,
 }
 
 /// The queue, the overlay and the applied mark, under one lock.
@@ -125,9 +92,6 @@ impl<B, V: Clone> Handoff<B, V> {
                 pushed: applied,
                 failed: false,
                 closed: false,
-                parked: Parked::No,
-                wanted: 0,
-                draining: false,
             }),
             work: Condvar::new(),
             progress: Condvar::new(),
@@ -147,31 +111,6 @@ impl<B, V: Clone> Handoff<B, V> {
         cv.wait(g).unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Waits on `progress` as one who needs the applier: wakes it first if it is parked (it
-    /// then does not park lazily while `wanted` is set).
-    fn wait_progress<'a>(
-        &self,
-        mut st: MutexGuard<'a, State<B, V>>,
-    ) -> MutexGuard<'a, State<B, V>> {
-        st.wanted += 1;
-        if st.parked != Parked::No {
-            st.parked = Parked::No;
-            self.work.notify_one();
-        }
-        let mut st = self.wait(&self.progress, st);
-        st.wanted -= 1;
-        st
-    }
-
-    /// Signals `progress` if anyone waits on it.
-    fn progressed(&self, st: MutexGuard<'_, State<B, V>>) {
-        let wanted = st.wanted > 0;
-        drop(st);
-        if wanted {
-            self.progress.notify_all();
-        }
-    }
-
     /// Queues `job`, first entering `values` (one per key of `job.keys`, in order) in the
     /// overlay; waits while the queue is full.
     ///
@@ -181,7 +120,7 @@ impl<B, V: Clone> Handoff<B, V> {
     pub fn push(&self, job: Job<B>, values: impl IntoIterator<Item = V>) -> Result<(), Stopped> {
         let mut st = self.lock();
         while !st.failed && !st.queue.is_empty() && st.queued + job.cost > self.capacity {
-            st = self.wait_progress(st);
+            st = self.wait(&self.progress, st);
         }
         if st.failed {
             return Err(Stopped);
@@ -192,20 +131,8 @@ impl<B, V: Clone> Handoff<B, V> {
         st.queued += job.cost;
         st.pushed = st.pushed.max(job.seq);
         st.queue.push_back(job);
-        let wake = match st.parked {
-            Parked::No => false,
-            Parked::Empty => true,
-            Parked::Lazy => {
-                st.queue.len() >= WAKE_JOBS || st.queued.saturating_mul(2) >= self.capacity
-            }
-        };
-        if wake {
-            st.parked = Parked::No;
-        }
         drop(st);
-        if wake {
-            self.work.notify_one();
-        }
+        self.work.notify_one();
         Ok(())
     }
 
@@ -217,50 +144,22 @@ impl<B, V: Clone> Handoff<B, V> {
 
     /// The applier's next job, waiting for one; `None` once the hand-off is closed and
     /// drained, or failed.
-    ///
-    /// Once it takes a job it takes the next ones at once until the queue is empty. From an
-    /// empty queue it takes a job only once the queue is long ([`WAKE_JOBS`] jobs or half the
-    /// capacity), closed, or someone waits for the applier, or after it waited
-    /// [`LAZY_APPLY`] with a job queued.
     pub fn next(&self) -> Option<Job<B>> {
         let mut st = self.lock();
-        // This call waited lazily with a job queued: take it now.
-        let mut waited = false;
         loop {
             if st.failed {
                 return None;
             }
-            if st.queue.is_empty() {
-                st.draining = false;
-                if st.closed {
-                    return None;
-                }
-                st.parked = Parked::Empty;
-                st = self.wait(&self.work, st);
-                st.parked = Parked::No;
-                continue;
-            }
-            let eager = st.draining
-                || waited
-                || st.closed
-                || st.wanted > 0
-                || st.queue.len() >= WAKE_JOBS
-                || st.queued.saturating_mul(2) >= self.capacity;
-            if eager {
-                let job = st.queue.pop_front().expect("checked: not empty");
+            if let Some(job) = st.queue.pop_front() {
                 st.queued -= job.cost;
-                st.draining = true;
-                self.progressed(st);
+                drop(st);
+                self.progress.notify_all();
                 return Some(job);
             }
-            st.parked = Parked::Lazy;
-            st = self
-                .work
-                .wait_timeout(st, LAZY_APPLY)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|e| e.into_inner().0);
-            st.parked = Parked::No;
-            waited = true;
+            if st.closed {
+                return None;
+            }
+            st = self.wait(&self.work, st);
         }
     }
 
@@ -273,7 +172,8 @@ impl<B, V: Clone> Handoff<B, V> {
                 st.overlay.remove(key);
             }
         }
-        self.progressed(st);
+        drop(st);
+        self.progress.notify_all();
     }
 
     /// The applier failed: nothing more is applied; waiters return [`Stopped`].
@@ -297,7 +197,7 @@ impl<B, V: Clone> Handoff<B, V> {
     pub fn wait_applied(&self, seq: u64) -> Result<(), Stopped> {
         let mut st = self.lock();
         while st.applied < seq && !st.failed {
-            st = self.wait_progress(st);
+            st = self.wait(&self.progress, st);
         }
         if st.applied >= seq {
             Ok(())
@@ -325,78 +225,5 @@ impl<B, V: Clone> Handoff<B, V> {
     /// The last sequence number applied.
     pub fn applied_seq(&self) -> u64 {
         self.lock().applied
-    }
-}
-
-#[cfg(all(test, not(loom)))]
-mod tests {
-    use super::{Handoff, Job, WAKE_JOBS};
-    use std::sync::Arc;
-    use std::time::{Duration, Instant};
-
-    fn job(seq: u64) -> Job<u64> {
-        Job {
-            seq,
-            batch: seq,
-            keys: vec![seq],
-            then_persist: None,
-            cost: 1,
-        }
-    }
-
-    fn applier(handoff: &Arc<Handoff<u64, u64>>) -> std::thread::JoinHandle<Vec<u64>> {
-        let handoff = Arc::clone(handoff);
-        std::thread::spawn(move || {
-            let mut order = Vec::new();
-            while let Some(job) = handoff.next() {
-                order.push(job.seq);
-                handoff.applied(job.seq, &job.keys);
-            }
-            order
-        })
-    }
-
-    /// Nobody waits and the queue stays short: the lazy wait's timeout still applies the job
-    /// (without it the job would wait for the next reader).
-    #[test]
-    fn a_lone_job_is_applied_without_a_waiter() {
-        let handoff = Arc::new(Handoff::<u64, u64>::new(1 << 20, 0));
-        let thread = applier(&handoff);
-        handoff.push(job(1), [1]).expect("applier runs");
-        let give_up = Instant::now() + Duration::from_secs(30);
-        while handoff.applied_seq() < 1 && Instant::now() < give_up {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        assert_eq!(handoff.applied_seq(), 1, "the lone job was never applied");
-        assert_eq!(handoff.lookup(1), None, "applied: out of the overlay");
-        handoff.close();
-        assert_eq!(thread.join().expect("applier"), vec![1]);
-    }
-
-    /// Short and long queues, readers in between: everything is applied once, in order, and
-    /// every reader's wait returns with its sequence number applied.
-    #[test]
-    fn lazily_applied_jobs_stay_in_order_and_readers_see_them() {
-        let handoff = Arc::new(Handoff::<u64, u64>::new(1 << 20, 0));
-        let thread = applier(&handoff);
-        let mut seq = 0;
-        for round in 0..20u64 {
-            // Alternately fewer and more jobs than wake the applier by themselves.
-            let n = if round % 2 == 0 {
-                3
-            } else {
-                WAKE_JOBS as u64 + 1
-            };
-            for _ in 0..n {
-                seq += 1;
-                handoff.push(job(seq), [seq]).expect("applier runs");
-            }
-            handoff.wait_applied(seq).expect("applier runs");
-            assert!(handoff.applied_seq() >= seq);
-            assert_eq!(handoff.lookup(seq), None);
-        }
-        handoff.close();
-        let order = thread.join().expect("applier");
-        assert_eq!(order, (1..=seq).collect::<Vec<_>>());
     }
 }
