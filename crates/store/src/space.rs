@@ -152,6 +152,23 @@ impl SpaceGuard {
         Err(self.refuse(free, need, self.min_free))
     }
 
+    /// Admission on a fresh reading, never the cached one: for a caller that just waited for
+    /// bytes to reach the disk (the store's `writable` after waiting for its applier).
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](SpaceGuard::check).
+    pub(crate) fn check_fresh(&self, need: u64) -> Result<(), StoreError> {
+        if self.min_free == 0 {
+            return Ok(());
+        }
+        let free = self.read()?;
+        if free >= need.saturating_add(self.min_free) {
+            return Ok(());
+        }
+        Err(self.refuse(free, need, self.min_free))
+    }
+
     /// Backstop before a batch of `bytes` is written: a fresh reading; refuses if the batch
     /// would leave less than half the reserve.
     ///

@@ -985,9 +985,24 @@ impl Store for DiskStore {
         if let Some(p) = self.inner.poisoned() {
             return Err(p);
         }
-        self.inner
-            .space
-            .check(bytes.saturating_add(self.inner.backlog()))
+        let queued = self.inner.handoff.queued();
+        match self.inner.space.check(
+            bytes
+                .saturating_add(self.inner.backlog())
+                .saturating_add(queued),
+        ) {
+            // Near the reserve while settled commits wait for the applier (ADR 0018): their
+            // bytes reach fjall's journal later and are not in the free-space reading yet.
+            // Wait for the applier, then decide on a fresh reading that has them (only near
+            // the reserve, so the hot path never waits here).
+            Err(StoreError::LowSpace { .. }) if queued > 0 => {
+                self.inner.drain()?;
+                self.inner
+                    .space
+                    .check_fresh(bytes.saturating_add(self.inner.backlog()))
+            }
+            other => other,
+        }
     }
 
     fn recover(&self, window_end_ms: u64) -> Result<Recovered, StoreError> {
