@@ -801,9 +801,14 @@ impl Inner {
     /// Settled commits still queued for the applier (ADR 0018) count too: their bytes reach
     /// the memtables later.
     fn backlog(&self) -> u64 {
+        self.backlog_with(self.handoff.queued())
+    }
+
+    /// [`backlog`](Self::backlog) with the applier's queued bytes already read.
+    fn backlog_with(&self, queued: u64) -> u64 {
         self.db
             .write_buffer_size()
-            .saturating_add(self.handoff.queued())
+            .saturating_add(queued)
             .saturating_sub(self.write_buffer)
     }
 
@@ -988,7 +993,7 @@ impl Store for DiskStore {
         let queued = self.inner.handoff.queued();
         match self.inner.space.check(
             bytes
-                .saturating_add(self.inner.backlog())
+                .saturating_add(self.inner.backlog_with(queued))
                 .saturating_add(queued),
         ) {
             // Near the reserve while settled commits wait for the applier (ADR 0018): their
