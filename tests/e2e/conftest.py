@@ -187,7 +187,11 @@ def pg_bin_dir():
 
 class PgCluster:
     """A throw-away PostgreSQL cluster: initdb into a temp dir as the `postgres` user (the
-    server refuses to run as root), a free loopback port, its socket in the same dir."""
+    server refuses to run as root), a free loopback port, its socket in the same dir. Extra
+    server settings from $TICKWHEEL_PG_SETTINGS (as for the Rust tests' clusters), e.g.
+    `-c commit_delay=50000 -c commit_siblings=0`: every commit waits 50 ms before its WAL
+    flush (a slow disk), which widens the fail-over test's race between a killed node's last
+    commit and the standby's first read."""
 
     def __init__(self, bin_dir):
         self.bin = bin_dir
@@ -210,7 +214,8 @@ class PgCluster:
         self._run("pg_ctl", "-D", self.data, "-l", os.path.join(self.dir, "server.log"), "-w",
                   "-t", "60", "-o",
                   f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 "
-                  "-c max_connections=300", "start")
+                  "-c max_connections=300 " + os.environ.get("TICKWHEEL_PG_SETTINGS", ""),
+                  "start")
 
     def stop(self, mode="fast"):
         self._run("pg_ctl", "-D", self.data, "-w", "-t", "60", "-m", mode, "stop")

@@ -65,3 +65,13 @@ def wait_drained(url, timeout=180):
             if left == 0 or time.time() >= deadline:
                 return left
             time.sleep(0.2)
+
+
+def left_over(url, acked, limit=10):
+    """The jobs still in the database (at most `limit`), each as (id, state, body, whether
+    its put was acknowledged): what a failed drain reports."""
+    with psycopg.connect(url) as db:
+        rows = db.execute("SELECT id, state, body FROM tickwheel.jobs ORDER BY id LIMIT %s",
+                          (limit,)).fetchall()
+    return [(i, st, bytes(b).decode(errors="replace"), bytes(b).decode(errors="replace") in acked)
+            for i, st, b in rows]

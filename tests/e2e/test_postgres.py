@@ -22,7 +22,7 @@ import pytest
 
 import test_differential as diff
 from conftest import beanstalkd_process, tickwheel_pg_process
-from pgload import listening, produce, wait_drained
+from pgload import left_over, listening, produce, wait_drained
 
 
 # --- the differential scenarios on PostgreSQL -------------------------------------------------
@@ -197,7 +197,8 @@ def test_failover_three_nodes_kill_and_restart(workdir, pg_cluster):
     assert len(acked) >= total * 9 // 10, f"only {len(acked)} of {total} puts acknowledged"
     # The consumers drain the queue: wait until the database holds no job.
     left = wait_drained(url)
-    assert left == 0, f"{left} jobs never deleted"
+    assert left == 0, (f"{left} jobs never deleted: (id, state, body, acknowledged) "
+                       f"{left_over(url, acked)}")
     time.sleep(1.5)   # let consumers finish the delete replies in flight
     stop.set()
     for t in workers:

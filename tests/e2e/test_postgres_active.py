@@ -23,7 +23,7 @@ import time
 import greenstalk
 import psycopg
 
-from pgload import listening, produce, start_active_nodes, wait_drained
+from pgload import left_over, listening, produce, start_active_nodes, wait_drained
 
 TTR = 3
 
@@ -106,7 +106,8 @@ def test_three_active_nodes_kill_and_restart(workdir, pg_cluster):
     left = wait_drained(url)
     with psycopg.connect(url) as db:
         (nodes_joined,) = db.execute("SELECT count(*) FROM tickwheel.nodes").fetchone()
-    assert left == 0, f"{left} jobs never deleted"
+    assert left == 0, (f"{left} jobs never deleted: (id, state, body, acknowledged) "
+                       f"{left_over(url, acked)}")
     time.sleep(1.5)     # delete replies in flight
     stop.set()
     for t in workers:

@@ -128,6 +128,9 @@ pub struct PgStore {
     /// The node's clock in Unix ms (shared mode: due times are moved from it onto the
     /// database's clock at commit).
     node_clock: NodeClock,
+    /// Standby mode, once [`PgStore::fenced`]: the schema's active epoch this node raised;
+    /// every commit checks that it is still the schema's.
+    epoch: Option<i64>,
 }
 
 /// Drops `value` (connections) on a thread of its own and waits for it. The synchronous
@@ -221,8 +224,16 @@ impl Sql {
             // The whole group commit in one statement (one round trip, one implicit
             // transaction): the data-modifying CTEs touch disjoint rows (the batch is folded
             // to one change per id first).
+            //
+            // `fence` (standby mode, after `PgStore::fenced`; $17 is the node's epoch, NULL
+            // otherwise): the main query runs before the data-modifying CTEs, so the epoch
+            // row is locked FOR SHARE (a take-over's raise waits for this commit to end) or
+            // the statement raises (the raise came first: nothing of it is written).
             commit: format!(
-                "WITH off AS MATERIALIZED (SELECT {offset} AS d), up AS (
+                "WITH fence AS MATERIALIZED (
+                     SELECT 1 FROM {s}.meta WHERE key = 'active_epoch' AND value = $17::bigint
+                     FOR SHARE
+                 ), off AS MATERIALIZED (SELECT {offset} AS d), up AS (
                      INSERT INTO {s}.jobs AS j ({COLUMNS})
                      SELECT u.id, u.tube, u.priority, u.ttr, u.state,
                             CASE WHEN u.state = 1 THEN u.until_ms + off.d ELSE u.until_ms END,
@@ -253,7 +264,8 @@ impl Sql {
                      UPDATE {s}.meta SET value = greatest(value, $14::bigint)
                      WHERE key = 'next_id' AND $14::bigint IS NOT NULL
                  )
-                 SELECT 1"
+                 SELECT CASE WHEN $17::bigint IS NULL OR EXISTS (SELECT 1 FROM fence) THEN 1
+                             ELSE {s}.fenced_off($17::bigint) END"
             ),
             resident: format!(
                 "SELECT {COLUMNS} FROM {s}.jobs WHERE NOT (state = 1 AND until_ms >= $1)
@@ -375,7 +387,41 @@ impl PgStore {
             read: Mutex::new(None),
             reachable: AtomicBool::new(true),
             node_clock: Arc::new(system_ms),
+            epoch: None,
         })
+    }
+
+    /// Makes this store the only one whose commits reach the schema (standby mode: the node
+    /// that took the [`ActiveLock`] calls it before it reads a single job). It raises the
+    /// schema's active epoch (`meta.active_epoch`), which waits for the group commits any
+    /// earlier active node still has in flight, and from then on each commit of this store
+    /// checks, in its own statement, that the epoch is still the one it raised.
+    ///
+    /// Without it a node killed during a group commit could have that commit land after the
+    /// node taking over had read the jobs (the killed node's lock session ends at once, its
+    /// commit's backend finishes the statement first): jobs in the table that the new active
+    /// node never hears of. With it, such a commit either ends before the raise (and is read)
+    /// or fails, and so does any commit of a node that lost its lock but still runs.
+    ///
+    /// # Errors
+    ///
+    /// [`PgError::Db`] if the database cannot be reached or refuses. A commit of a store
+    /// fenced off by a later one fails with [`StoreError::Engine`] (SQLSTATE `TW001`, "another
+    /// node took over"), nothing of it written.
+    pub fn fenced(mut self, _lock: &ActiveLock) -> Result<PgStore, PgError> {
+        let mut client = Client::connect(&self.options.url, NoTls)?;
+        let epoch: i64 = client
+            .query_one(
+                &format!(
+                    "UPDATE {}.meta SET value = value + 1 WHERE key = 'active_epoch'
+                     RETURNING value",
+                    self.options.schema.as_str()
+                ),
+                &[],
+            )?
+            .get(0);
+        self.epoch = Some(epoch);
+        Ok(self)
     }
 
     /// The store of an active-active node ([`Node`]), in three ways:
@@ -550,6 +596,7 @@ impl PgStore {
                 &ids_end,
                 &up_key,
                 &big((self.node_clock)()),
+                &self.epoch,
             ],
         )?;
         if let Some(channel) = &self.sql.announce {

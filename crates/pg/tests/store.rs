@@ -316,3 +316,147 @@ fn a_standby_waits_for_the_active_node_and_takes_over() {
     lock.expect("the standby holds the lock");
     assert!(waited);
 }
+
+/// Waits until `n` backends of the database wait for a heavyweight lock (a commit held back by
+/// the test's own lock, a take-over held back by that commit), for at most 30 s.
+fn wait_for_lock_waits(observer: &mut Client, n: i64) {
+    for _ in 0..600 {
+        let waiting: i64 = observer
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .expect("pg_stat_activity")
+            .get(0);
+        if waiting >= n {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("fewer than {n} backends wait for a lock");
+}
+
+fn ids_of(store: &PgStore) -> Vec<u64> {
+    store
+        .recover(u64::MAX)
+        .expect("recover")
+        .resident
+        .iter()
+        .map(|r| r.id)
+        .collect()
+}
+
+/// A group commit of the active node still running in the database when its lock's session
+/// ends (a `kill -9`: the lock's backend exits at once, the commit's finishes its statement)
+/// must not land after the node taking over has read the jobs: that job would sit in the
+/// table, never served (the fail-over e2e test's "7 jobs never deleted" under load). A commit
+/// held back until after the take-over fails, nothing of it written; one that holds the fence
+/// when the take-over starts makes the take-over wait, and is read.
+#[test]
+fn a_commit_in_flight_at_a_take_over_lands_before_the_new_node_reads_or_not_at_all() {
+    let Some((_cluster, options)) = setup() else {
+        return;
+    };
+    let mut observer = Client::connect(&options.url, NoTls).expect("connect");
+    let first_lock =
+        ActiveLock::acquire(&options, || panic!("the first node does not wait")).expect("lock");
+    let first = std::sync::Arc::new(
+        PgStore::open(&options)
+            .expect("open")
+            .fenced(&first_lock)
+            .expect("fence"),
+    );
+    first
+        .commit(&[Change::Put(job(1, "t", DurableState::Ready, b"one"))])
+        .expect("commit");
+
+    // 1. The commit is held back before it runs (a SHARE lock on the table: its INSERT waits,
+    //    reads do not) while the first node's session ends and a second node takes over.
+    let mut blocker = Client::connect(&options.url, NoTls).expect("connect");
+    let mut hold = blocker.transaction().expect("begin");
+    hold.batch_execute("LOCK TABLE tickwheel.jobs IN SHARE MODE")
+        .expect("lock");
+    let f = first.clone();
+    let in_flight = std::thread::spawn(move || {
+        f.commit(&[Change::Put(job(2, "t", DurableState::Ready, b"two"))])
+    });
+    wait_for_lock_waits(&mut observer, 1);
+    drop(first_lock);
+    let second_lock = ActiveLock::acquire(&options, || panic!("the lock is free")).expect("lock");
+    let second = PgStore::open(&options)
+        .expect("open")
+        .fenced(&second_lock)
+        .expect("fence");
+    let read = ids_of(&second);
+    hold.commit().expect("release the table");
+    let outcome = in_flight.join().expect("no panic");
+    let now = ids_of(&second);
+    assert_eq!(read, vec![1], "the take-over read the committed job");
+    match outcome {
+        Ok(()) => panic!(
+            "the old node's commit landed after the new node read the jobs: job 2 is in the \
+             table ({now:?}) but not among what the new node serves ({read:?})"
+        ),
+        Err(e) => {
+            let e = format!("{e:?}");
+            assert!(
+                e.contains("TW001") && e.contains("another node took over"),
+                "{e}"
+            );
+            assert_eq!(now, vec![1], "nothing of the fenced-off commit was written");
+        }
+    }
+    // Later commits of the old node fail too (a node that lost its lock but still runs).
+    let late = first.commit(&[Change::Put(job(3, "t", DurableState::Ready, b"three"))]);
+    assert!(late.is_err(), "a fenced-off store cannot commit");
+    assert_eq!(ids_of(&second), vec![1]);
+
+    // 2. The second node's commit holds the fence (it waits for a row lock after its check):
+    //    a third node's take-over waits for it and reads what it wrote.
+    second
+        .commit(&[Change::Put(job(4, "t", DurableState::Ready, b"four"))])
+        .expect("commit");
+    let second = std::sync::Arc::new(second);
+    let mut hold = blocker.transaction().expect("begin");
+    hold.batch_execute("SELECT 1 FROM tickwheel.jobs WHERE id = 4 FOR UPDATE")
+        .expect("row lock");
+    let s = second.clone();
+    let in_flight = std::thread::spawn(move || {
+        s.commit(&[Change::Update {
+            id: 4,
+            state: DurableState::Buried,
+            priority: 7,
+        }])
+    });
+    wait_for_lock_waits(&mut observer, 1);
+    drop(second_lock);
+    let third_lock = ActiveLock::acquire(&options, || panic!("the lock is free")).expect("lock");
+    let o = options.clone();
+    let take_over = std::thread::spawn(move || {
+        let third = PgStore::open(&o)
+            .expect("open")
+            .fenced(&third_lock)
+            .expect("fence");
+        let recovered = third.recover(u64::MAX).expect("recover");
+        (third_lock, recovered)
+    });
+    // The take-over waits for the commit holding the fence, which waits for the row lock.
+    wait_for_lock_waits(&mut observer, 2);
+    hold.commit().expect("release the row");
+    in_flight
+        .join()
+        .expect("no panic")
+        .expect("the commit that held the fence lands");
+    let (_third_lock, recovered) = take_over.join().expect("no panic");
+    let four = recovered
+        .resident
+        .iter()
+        .find(|r| r.id == 4)
+        .expect("job 4 read by the take-over");
+    assert_eq!(
+        (four.state, four.priority),
+        (DurableState::Buried, 7),
+        "the take-over read the commit that ended before it"
+    );
+}

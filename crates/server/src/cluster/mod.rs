@@ -4,7 +4,9 @@
 //! # Ground rules
 //!
 //! - A node serves only while it holds the schema's [`ActiveLock`]; it waits for the lock
-//!   (standby) before it reads a single job, so two engines never decide about the same jobs.
+//!   (standby) and fences off the previous holder's commits ([`PgStore::fenced`]) before it
+//!   reads a single job, so two engines never decide about the same jobs and no commit of
+//!   the old node lands after the new one read them.
 //!   A node that loses the lock's session exits at once (status 75): it can no longer know
 //!   that it is alone, and everything it acknowledged is committed already.
 //! - Every PostgreSQL call here runs on a plain thread (the synchronous client refuses to run
@@ -92,6 +94,11 @@ pub(crate) fn open(options: &PgOptions, window_end_ms: u64) -> anyhow::Result<Op
                     );
                 })
                 .context("cannot take the schema's active-node lock")?;
+                // Before the first read: the previous active node's commits still in flight
+                // end first, and none of its commits lands after this (PgStore::fenced).
+                let store = store
+                    .fenced(&lock)
+                    .context("cannot fence off the previous active node")?;
                 let recovered = store
                     .recover(window_end_ms)
                     .context("cannot read the jobs from PostgreSQL")?;
