@@ -3,6 +3,8 @@ command through each library's own API, delays (never early), TTR expiry, bury/k
 pause-tube, stats, JOB_TOO_BIG, and restarts (graceful and SIGKILL) in the middle."""
 
 import itertools
+import subprocess
+import threading
 import time
 
 import greenstalk
@@ -199,6 +201,43 @@ def test_greenstalk_stats(gs):
     gs.delete(jid)
     with pytest.raises(greenstalk.NotFoundError):
         gs.stats_job(jid)
+
+
+def test_greenstalk_with_one_io_thread(tmp_path):
+    """`--io-threads 1`: the one worker serves a client blocked in `reserve` beside a producer
+    on another connection (neither waits on the other); `--io-threads 0` is refused at start."""
+    from conftest import tickwheel_bin, tickwheel_process
+
+    server = tickwheel_process(str(tmp_path / "data"), str(tmp_path),
+                               extra=("--io-threads", "1")).start()
+    try:
+        tube = fresh_tube()
+        got = []
+
+        def wait():
+            with gclient(server, tube) as w:
+                job = w.reserve(timeout=20)
+                got.append(job.body)
+                w.delete(job)
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        with gclient(server, tube) as p:
+            ids = [p.put(f"j{i}") for i in range(20)]
+        waiter.join(30)
+        assert not waiter.is_alive() and got == ["j0"], got
+        with gclient(server, tube) as c:
+            rest = []
+            for _ in ids[1:]:
+                job = c.reserve(timeout=5)
+                rest.append(job.body)
+                c.delete(job)
+        assert rest == [f"j{i}" for i in range(1, 20)]
+    finally:
+        server.close()
+    refused = subprocess.run([tickwheel_bin(), "--io-threads", "0", "-b", str(tmp_path / "d2")],
+                             capture_output=True, timeout=30)
+    assert refused.returncode != 0 and b"--io-threads" in refused.stderr, refused
 
 
 def test_greenstalk_job_too_big(gs):

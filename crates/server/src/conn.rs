@@ -31,17 +31,21 @@ const MAX_HELD_REPLIES: usize = 64;
 const MAX_LOADS: usize = 64;
 
 /// Serves one connection until the client quits or disconnects, or the server shuts down.
-pub(crate) async fn serve<S>(
+///
+/// The socket comes in its two owned halves (`into_split`): each is the socket itself
+/// behind an `Arc`, where `tokio::io::split` would take a lock on every read and write.
+pub(crate) async fn serve<R, W>(
     shared: Arc<Shared>,
-    stream: S,
+    mut reader: R,
+    mut writer: W,
     max_job_size: usize,
     shutdown: CancellationToken,
 ) where
-    S: AsyncRead + AsyncWrite + Send + 'static,
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
 {
     let client = shared.next_client_id();
     shared.apply(|engine| engine.connect(client));
-    let (mut reader, mut writer) = tokio::io::split(stream);
     let mut replies = Replies {
         held: Vec::new(),
         out: BytesMut::with_capacity(256),

@@ -299,17 +299,21 @@ impl Server {
             match accepted {
                 Ok(Stream::Tcp(stream)) => {
                     let _ = stream.set_nodelay(true);
+                    let (reader, writer) = stream.into_split();
                     tracker.spawn(conn::serve(
                         self.shared.clone(),
-                        stream,
+                        reader,
+                        writer,
                         self.max_job_size,
                         shutdown.clone(),
                     ));
                 }
                 Ok(Stream::Unix(stream)) => {
+                    let (reader, writer) = stream.into_split();
                     tracker.spawn(conn::serve(
                         self.shared.clone(),
-                        stream,
+                        reader,
+                        writer,
                         self.max_job_size,
                         shutdown.clone(),
                     ));

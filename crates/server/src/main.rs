@@ -111,6 +111,11 @@ struct Args {
     /// 0: no limit.
     #[arg(long, value_name = "N", default_value_t = 200)]
     http_rate: u32,
+    /// Threads that serve the connections (the async runtime's workers). Default: one per
+    /// core. Fewer cost less CPU per request on a small machine (the store's committer and
+    /// applier threads run beside them); see docs/decisions/0020-io-threads-and-the-ack-hand-off.md.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    io_threads: Option<u16>,
     /// Print the version and exit.
     #[arg(short = 'v', long = "version")]
     version: bool,
@@ -191,7 +196,11 @@ fn main() -> anyhow::Result<()> {
         }
         None => None,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = args.io_threads {
+        runtime.worker_threads(usize::from(threads));
+    }
+    let runtime = runtime
         .enable_all()
         .thread_name("tickwheel-io")
         .build()

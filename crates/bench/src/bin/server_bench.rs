@@ -95,6 +95,11 @@ struct Cli {
     /// (from `/metrics`: `tickwheel_commit_duration_seconds`).
     #[arg(long)]
     commit_stats: bool,
+    /// Extra arguments for the `--tickwheel` build's targets (not the `--baseline` build's),
+    /// split on whitespace: e.g. `--tickwheel-args "--io-threads 1"` with the same binary as
+    /// `--baseline` compares a server option against its default in one run.
+    #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
+    tickwheel_args: Option<String>,
     /// Throughput, sync and pipelined: report, per phase, the server's CPU time per operation
     /// (all its threads, from `/proc/PID/task/*/schedstat`, split by thread name), its minor
     /// page faults per operation and how often its threads were put on a CPU (from
@@ -180,6 +185,14 @@ impl Target {
             Target::TwPgAa3 | Target::TwBasePgAa3 => 3,
             _ => 1,
         }
+    }
+
+    /// A target of the `--baseline` build.
+    fn is_baseline(self) -> bool {
+        matches!(
+            self,
+            Target::TwBaseSync | Target::TwBasePg | Target::TwBasePgAa1 | Target::TwBasePgAa3
+        )
     }
 
     fn is_tickwheel(self) -> bool {
@@ -294,6 +307,11 @@ impl Server {
         } else {
             None
         };
+        if target.is_tickwheel() && !target.is_baseline() {
+            if let Some(extra) = &cli.tickwheel_args {
+                cmd.args(extra.split_whitespace());
+            }
+        }
         cmd.args(["-l", "127.0.0.1", "-p", &p])
             .args(&args)
             .stdin(Stdio::null())
