@@ -139,17 +139,12 @@ impl SpaceGuard {
         if self.min_free == 0 {
             return Ok(());
         }
-        let enough = |free: u64| free >= need.saturating_add(self.min_free);
-        if enough(self.free()?) {
+        if self.free()? >= need.saturating_add(self.min_free) {
             return Ok(());
         }
         // A refusal always rests on a fresh reading: space freed by an operator is seen at
         // once, and a refused write costs one `statvfs`.
-        let free = self.read()?;
-        if enough(free) {
-            return Ok(());
-        }
-        Err(self.refuse(free, need, self.min_free))
+        self.check_fresh(need)
     }
 
     /// Admission on a fresh reading, never the cached one: for a caller that just waited for
