@@ -330,16 +330,20 @@ impl<S: Store + ?Sized> Shared<S> {
         for (_, w) in wakers {
             w.wake();
         }
+        // What the store left until the group was acknowledged (the applier's wake-up).
+        self.store.after_commit();
         lock(&self.state)
     }
 
     fn commit_group(&self, batch: &[Change]) -> Result<(), StoreError> {
         // A panicking store must not leave `leading` set forever (every waiter would hang).
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.store.commit(batch)))
-            .unwrap_or(Err(StoreError::Closed))
-            .inspect(|()| {
-                self.store_commits.fetch_add(1, Ordering::Relaxed);
-            })
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.store.commit_deferred(batch)
+        }))
+        .unwrap_or(Err(StoreError::Closed))
+        .inspect(|()| {
+            self.store_commits.fetch_add(1, Ordering::Relaxed);
+        })
     }
 
     /// The committer thread of [`GroupCommit::with_thread`]: commits each group as it forms,
