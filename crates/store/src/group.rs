@@ -19,6 +19,10 @@
 //!   lock (the wake itself comes after the lock is released). Before parking the committer
 //!   spins briefly outside the lock (reading the atomic copy of `submitted`), then looks
 //!   again under the lock, so a batch submitted during the spin is never left waiting.
+//! - A group is committed with [`Store::commit_deferred`], and [`Store::after_commit`] runs
+//!   once its waiters are woken: what the store does not need for durability (a
+//!   [`DiskStore`](crate::DiskStore) wakes its applier there) stays off the acknowledgement's
+//!   path (`docs/decisions/0022-ack-before-the-applier.md`).
 //! - After a failed commit the group is poisoned: every batch not yet durable, and every later
 //!   one, fails (the failing group with the store's error, later ones with
 //!   [`StoreError::Poisoned`]); nothing is written again.
