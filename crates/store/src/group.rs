@@ -19,6 +19,10 @@
 //!   lock (the wake itself comes after the lock is released). Before parking the committer
 //!   spins briefly outside the lock (reading the atomic copy of `submitted`), then looks
 //!   again under the lock, so a batch submitted during the spin is never left waiting.
+//! - A group is committed with [`Store::commit_deferred`], and [`Store::after_commit`] runs
+//!   once its waiters are woken: what the store does not need for durability (a
+//!   [`DiskStore`](crate::DiskStore) wakes its applier there) stays off the acknowledgement's
+//!   path (`docs/decisions/0022-ack-before-the-applier.md`).
 //! - After a failed commit the group is poisoned: every batch not yet durable, and every later
 //!   one, fails (the failing group with the store's error, later ones with
 //!   [`StoreError::Poisoned`]); nothing is written again.
@@ -330,16 +334,20 @@ impl<S: Store + ?Sized> Shared<S> {
         for (_, w) in wakers {
             w.wake();
         }
+        // What the store left until the group was acknowledged (the applier's wake-up).
+        self.store.after_commit();
         lock(&self.state)
     }
 
     fn commit_group(&self, batch: &[Change]) -> Result<(), StoreError> {
         // A panicking store must not leave `leading` set forever (every waiter would hang).
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.store.commit(batch)))
-            .unwrap_or(Err(StoreError::Closed))
-            .inspect(|()| {
-                self.store_commits.fetch_add(1, Ordering::Relaxed);
-            })
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.store.commit_deferred(batch)
+        }))
+        .unwrap_or(Err(StoreError::Closed))
+        .inspect(|()| {
+            self.store_commits.fetch_add(1, Ordering::Relaxed);
+        })
     }
 
     /// The committer thread of [`GroupCommit::with_thread`]: commits each group as it forms,

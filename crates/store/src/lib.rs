@@ -122,6 +122,25 @@ pub trait Store: Send + Sync {
     /// store is poisoned and every later commit returns [`StoreError::Poisoned`].
     fn commit(&self, batch: &[Change]) -> Result<(), StoreError>;
 
+    /// As [`commit`](Store::commit), for a caller that calls
+    /// [`after_commit`](Store::after_commit) right after it has acknowledged the batch (the
+    /// group commit does): the store may leave work that durability does not need — a
+    /// [`DiskStore`] in [`Durability::Sync`] wakes its applier thread there — so that work is
+    /// off the acknowledgement's path (`docs/decisions/0022-ack-before-the-applier.md`).
+    /// Nothing the store promises waits for `after_commit`: it only bounds how long that work
+    /// waits. The default is `commit`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::commit`].
+    fn commit_deferred(&self, batch: &[Change]) -> Result<(), StoreError> {
+        self.commit(batch)
+    }
+
+    /// The work a [`commit_deferred`](Store::commit_deferred) left, if any; call once after
+    /// each, whatever it returned. The default does nothing.
+    fn after_commit(&self) {}
+
     /// Reserves job ids up to (exclusive) `end` durably, so [`Recovered::next_id`] after a
     /// restart is `>= end`: a commit of `[Change::ReserveIds { end }]`. Never lowers the mark.
     ///
@@ -191,6 +210,12 @@ pub trait Store: Send + Sync {
 impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     fn commit(&self, batch: &[Change]) -> Result<(), StoreError> {
         (**self).commit(batch)
+    }
+    fn commit_deferred(&self, batch: &[Change]) -> Result<(), StoreError> {
+        (**self).commit_deferred(batch)
+    }
+    fn after_commit(&self) {
+        (**self).after_commit();
     }
     fn writable(&self, bytes: u64) -> Result<(), StoreError> {
         (**self).writable(bytes)

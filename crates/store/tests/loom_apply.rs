@@ -12,7 +12,10 @@
 //!   durable (the recycling rule, now with fjall behind the log);
 //! - a reader that waited sees every commit settled before it started;
 //! - a plan's read of a settled commit's job finds it (overlay or fjall);
-//! - after the applier fails, nobody waits for it forever and nothing more is applied.
+//! - after the applier fails, nobody waits for it forever and nothing more is applied;
+//! - with quiet pushes (ADR 0022: the applier is woken after the acknowledgement, not by the
+//!   push), no wait depends on that late wake-up: the model where it never comes still
+//!   finishes, every waiter waking the applier itself.
 
 use std::sync::Arc;
 
@@ -85,9 +88,19 @@ fn job(seq: u64, switched: bool) -> Job<u64> {
     }
 }
 
+/// How the commit path hands a job to the applier.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Push {
+    /// `push`: queue and wake the applier.
+    Waking,
+    /// `push_quiet`, and no `wake` ever after (the server's `after_commit` wakes it; here it
+    /// never comes, so every wait must wake the applier itself).
+    Quiet,
+}
+
 /// `records` commits into two one-record segments, with the applier, the persist thread and
 /// a reader beside the commit path.
-fn settle_then_apply(records: u64) {
+fn settle_then_apply(records: u64, push: Push) {
     let fjall = Arc::new(Fjall::default());
     let covered = Arc::new(Covered::new(0));
     let handoff = Arc::new(Handoff::<u64, u64>::new(1, 0));
@@ -155,9 +168,11 @@ fn settle_then_apply(records: u64) {
         );
         last[segment] = seq;
         // The record is synced in the log: settle, and queue its fjall batch.
-        handoff
-            .push(job(seq, seq > 1), [seq])
-            .expect("the applier does not fail here");
+        match push {
+            Push::Waking => handoff.push(job(seq, seq > 1), [seq]),
+            Push::Quiet => handoff.push_quiet(job(seq, seq > 1), [seq]),
+        }
+        .expect("the applier does not fail here");
         settled.store(seq, SeqCst);
     }
     reader.join().expect("reader");
@@ -175,7 +190,12 @@ fn settle_then_apply(records: u64) {
 
 #[test]
 fn settled_commits_are_seen_and_segments_recycled_only_once_fjall_holds_them() {
-    model(|| settle_then_apply(3));
+    model(|| settle_then_apply(3, Push::Waking));
+}
+
+#[test]
+fn quiet_pushes_leave_no_waiter_waiting_for_a_late_wake_up() {
+    model(|| settle_then_apply(3, Push::Quiet));
 }
 
 /// The applier fails on its first job: the commit path's next push and a reader's wait return

@@ -163,6 +163,16 @@ impl Store for MeteredStore {
         self.batch.observe(batch.len() as f64);
         result
     }
+    fn commit_deferred(&self, batch: &[Change]) -> Result<(), StoreError> {
+        let started = Instant::now();
+        let result = self.inner.commit_deferred(batch);
+        self.seconds.observe(started.elapsed().as_secs_f64());
+        self.batch.observe(batch.len() as f64);
+        result
+    }
+    fn after_commit(&self) {
+        self.inner.after_commit();
+    }
     fn writable(&self, bytes: u64) -> Result<(), StoreError> {
         self.inner.writable(bytes)
     }

@@ -983,7 +983,20 @@ fn engine_panic(dir: &Path, what: &str, panic: &(dyn std::any::Any + Send)) -> S
 
 impl Store for DiskStore {
     fn commit(&self, batch: &[Change]) -> Result<(), StoreError> {
+        let result = self.commit_deferred(batch);
+        self.after_commit();
+        result
+    }
+
+    /// Leaves the applier's wake-up to [`after_commit`](Store::after_commit): a
+    /// [`Durability::Sync`] commit queues its fjall batch for the applier without waking it.
+    fn commit_deferred(&self, batch: &[Change]) -> Result<(), StoreError> {
         self.guarded("committing", || self.commit_unguarded(batch))
+    }
+
+    /// Wakes the applier for the batches [`commit_deferred`](Store::commit_deferred) queued.
+    fn after_commit(&self) {
+        self.inner.handoff.wake();
     }
 
     fn writable(&self, bytes: u64) -> Result<(), StoreError> {

@@ -183,7 +183,9 @@ impl DiskStore {
                     cost: bytes,
                 };
                 ws.log_seq = seq;
-                s.handoff.push(job, values).map_err(|Stopped| {
+                // Quietly: the applier is woken by `after_commit` (after the group is
+                // acknowledged), or by whoever waits for it first.
+                s.handoff.push_quiet(job, values).map_err(|Stopped| {
                     s.poisoned().unwrap_or_else(|| {
                         StoreError::io(&s.dir, std::io::Error::other("the applier stopped"))
                             .into_poisoned()

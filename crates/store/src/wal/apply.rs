@@ -19,6 +19,12 @@
 //!   `applied >= s` for the last settled sequence `s` it must see ([`Handoff::wait_applied`]).
 //! - After [`Handoff::fail`] nothing is applied again: pushes and waits that are not yet
 //!   satisfied return [`Stopped`], so nobody waits for an applier that is gone.
+//! - A job pushed with [`Handoff::push_quiet`] does not wake the applier; the commit path
+//!   calls [`Handoff::wake`] once it has acknowledged the commit (ADR 0022: the wake-up is
+//!   then off the acknowledgement's path). Until then `unwoken` is set, and whoever waits for
+//!   the applier (a push held by back-pressure, [`Handoff::wait_applied`]) wakes it first, so
+//!   no wait depends on the late wake-up coming. The applier clears `unwoken` whenever it
+//!   takes a job: it looks at the queue again before it parks.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -59,6 +65,9 @@ struct State<B, V> {
     pushed: u64,
     failed: bool,
     closed: bool,
+    /// Jobs were pushed quietly since the applier last took one: it may be parked with work
+    /// queued, so the next waiter (or [`Handoff::wake`]) must wake it.
+    unwoken: bool,
 }
 
 /// The queue, the overlay and the applied mark, under one lock.
@@ -92,6 +101,7 @@ impl<B, V: Clone> Handoff<B, V> {
                 pushed: applied,
                 failed: false,
                 closed: false,
+                unwoken: false,
             }),
             work: Condvar::new(),
             progress: Condvar::new(),
@@ -118,8 +128,26 @@ impl<B, V: Clone> Handoff<B, V> {
     ///
     /// [`Stopped`] if the applier failed (before or while waiting): the job is not queued.
     pub fn push(&self, job: Job<B>, values: impl IntoIterator<Item = V>) -> Result<(), Stopped> {
+        self.push_quiet(job, values)?;
+        self.wake();
+        Ok(())
+    }
+
+    /// As [`push`](Self::push), without waking the applier: the caller calls
+    /// [`wake`](Self::wake) later (after acknowledging the commit). A waiter for the applier
+    /// in between wakes it itself.
+    ///
+    /// # Errors
+    ///
+    /// As [`push`](Self::push).
+    pub fn push_quiet(
+        &self,
+        job: Job<B>,
+        values: impl IntoIterator<Item = V>,
+    ) -> Result<(), Stopped> {
         let mut st = self.lock();
         while !st.failed && !st.queue.is_empty() && st.queued + job.cost > self.capacity {
+            self.wake_locked(&mut st);
             st = self.wait(&self.progress, st);
         }
         if st.failed {
@@ -131,9 +159,26 @@ impl<B, V: Clone> Handoff<B, V> {
         st.queued += job.cost;
         st.pushed = st.pushed.max(job.seq);
         st.queue.push_back(job);
-        drop(st);
-        self.work.notify_one();
+        st.unwoken = true;
         Ok(())
+    }
+
+    /// Wakes the applier if jobs were pushed quietly since it last took one.
+    pub fn wake(&self) {
+        let mut st = self.lock();
+        let wake = std::mem::take(&mut st.unwoken);
+        drop(st);
+        if wake {
+            self.work.notify_one();
+        }
+    }
+
+    /// [`wake`](Self::wake) for a caller that holds the lock and is about to wait for the
+    /// applier.
+    fn wake_locked(&self, st: &mut State<B, V>) {
+        if std::mem::take(&mut st.unwoken) {
+            self.work.notify_one();
+        }
     }
 
     /// The value of `key` after the last job that changed it and is not applied yet; `None`
@@ -152,6 +197,8 @@ impl<B, V: Clone> Handoff<B, V> {
             }
             if let Some(job) = st.queue.pop_front() {
                 st.queued -= job.cost;
+                // Awake: it looks at the queue again before it parks.
+                st.unwoken = false;
                 drop(st);
                 self.progress.notify_all();
                 return Some(job);
@@ -197,6 +244,7 @@ impl<B, V: Clone> Handoff<B, V> {
     pub fn wait_applied(&self, seq: u64) -> Result<(), Stopped> {
         let mut st = self.lock();
         while st.applied < seq && !st.failed {
+            self.wake_locked(&mut st);
             st = self.wait(&self.progress, st);
         }
         if st.applied >= seq {

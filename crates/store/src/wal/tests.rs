@@ -507,6 +507,33 @@ mod applier {
         assert_eq!(snapshot(&store), lagged);
     }
 
+    /// `commit_deferred` queues the fjall batch without waking the applier (ADR 0022): a
+    /// read before `after_commit` wakes it itself and sees the commit, and `after_commit`
+    /// alone gets the queue applied with nobody waiting (without the wake-up the loop below
+    /// never ends and the test runner's timeout fails the test).
+    #[test]
+    fn a_deferred_applier_wake_up_is_needed_by_no_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DiskStore::open(dir.path(), DiskOptions::default()).unwrap();
+        let batches = batches();
+        store.commit_deferred(&batches[0]).unwrap();
+        assert_eq!(
+            store.get(2).unwrap().map(|r| r.id),
+            Some(2),
+            "a read waits for the applier, waking it"
+        );
+        store.commit_deferred(&batches[1]).unwrap();
+        store.after_commit();
+        while store.applied_seq() < store.settled_seq() {
+            std::thread::yield_now();
+        }
+        assert_eq!(
+            store.get(1).unwrap().map(|r| r.priority),
+            Some(9),
+            "the second commit is applied"
+        );
+    }
+
     /// Replaying a record fjall already holds changes nothing, for every change kind: each
     /// batch is planned against the tables' current state.
     #[test]
