@@ -966,8 +966,10 @@ impl<T> Wheel<T> {
     #[inline]
     fn file_in(&mut self, index: u32, deadline: Tick, level: usize, slot: usize) -> NonZeroU32 {
         let lvl = &mut self.levels[level];
-        // An empty chain's `end` is `WORDS` (`Chain::EMPTY`), so one test covers both.
-        if lvl.chains[slot].end == WORDS {
+        // An empty chain's `end` is `WORDS` (`Chain::EMPTY`), so one test covers both. (`>=`,
+        // though `end` never exceeds `WORDS`: the compiler then knows `end < WORDS` below and
+        // drops the index mask of the append.)
+        if lvl.chains[slot].end >= WORDS {
             return self.file_cold(index, deadline, level, slot);
         }
         debug_assert!(lvl.chains[slot].items != 0, "an empty chain with room");
@@ -1788,9 +1790,9 @@ fn gather_live<T>(
     out: &mut [Tick; WORDS as usize],
 ) -> u32 {
     let mut live = 0;
-    for word in from..to {
-        let w = (word & (WORDS - 1)) as usize;
-        if let Some(timer) = at(entries, words[w], addr(chunk, word)) {
+    // `min`: `to <= WORDS` already; stated once per line, it drops the per-word index mask.
+    for w in from as usize..to.min(WORDS) as usize {
+        if let Some(timer) = at(entries, words[w], addr(chunk, w as u32)) {
             out[w] = timer.deadline;
             live |= 1 << w;
         }
