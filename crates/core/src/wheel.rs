@@ -1513,7 +1513,10 @@ impl<T> Wheel<T> {
             // First every entry of the line (independent loads that overlap), then the moves.
             let mut deadlines = [0; WORDS as usize];
             let live = gather_live(entries, &words, read_chunk, read_word, end, &mut deadlines);
-            // The live items only, in order: the garbage is skipped without a look.
+            // The live items only, in order: the garbage is skipped without a look. The line
+            // written to is looked up once per line (not once per item: a bound check and the
+            // address arithmetic each time).
+            let mut line = &mut chunks[write_chunk as usize].0;
             for w in live_words(live) {
                 let index = words[w];
                 let Some(Entry::Occupied(timer)) = entries.get_mut(index as usize) else {
@@ -1521,11 +1524,12 @@ impl<T> Wheel<T> {
                 };
                 min = min.min(deadlines[w]);
                 if write_word == WORDS {
-                    write_chunk = chunks[write_chunk as usize].0[0];
+                    write_chunk = line[0];
+                    line = &mut chunks[write_chunk as usize].0;
                     write_word = 1;
                 }
                 // `& (WORDS - 1)`: the word is below WORDS here; the mask drops a bounds check.
-                chunks[write_chunk as usize].0[(write_word & (WORDS - 1)) as usize] = index;
+                line[(write_word & (WORDS - 1)) as usize] = index;
                 timer.pos = nonzero(addr(write_chunk, write_word));
                 write_word += 1;
                 kept += 1;
