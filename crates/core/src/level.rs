@@ -93,21 +93,24 @@ impl Bits {
 /// One value instead of a bit: filing writes `last` branch-free.
 pub(crate) const UNSORTED: Tick = Tick::MAX;
 
+/// `repr(C)`, chains first: a filing keeps a pointer to its slot's chain (for the counter
+/// and the tail updates), and at offset 0 that pointer is one `lea` instead of two.
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub(crate) struct Level {
+    pub(crate) chains: [Chain; SLOTS],
+    /// A lower bound of each slot's live deadlines, exact while no timer has been cancelled
+    /// since `exact_at[s]`. Meaningless when empty.
+    pub(crate) min: [Tick; SLOTS],
+    /// The largest deadline filed into each slot while its items are in deadline order (the
+    /// order check), or [`UNSORTED`] once one was filed out of order.
+    pub(crate) last: [Tick; SLOTS],
+    /// The wheel's cancel count (`Wheel::cancels`) when `min[s]` was last known exact.
+    pub(crate) exact_at: [u64; SLOTS],
     /// Bit `s` set: slot `s` holds at least one live timer.
     pub(crate) occupied: Bits,
     /// Bit `s` set: slot `s` was repaired by a scan since it last became sorted or empty.
     pub(crate) scanned: Bits,
-    /// A lower bound of each slot's live deadlines, exact while no timer has been cancelled
-    /// since `exact_at[s]`. Meaningless when empty.
-    pub(crate) min: [Tick; SLOTS],
-    /// The wheel's cancel count (`Wheel::cancels`) when `min[s]` was last known exact.
-    pub(crate) exact_at: [u64; SLOTS],
-    /// The largest deadline filed into each slot while its items are in deadline order (the
-    /// order check), or [`UNSORTED`] once one was filed out of order.
-    pub(crate) last: [Tick; SLOTS],
-    pub(crate) chains: [Chain; SLOTS],
 }
 
 impl Level {

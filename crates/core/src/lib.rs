@@ -169,9 +169,11 @@
 //! Where a churn op's time goes at N = 1e6 (cachegrind, per cancel + insert, the bench's
 //! harness included): 2.51 misses of the 1 MiB L2, of which 1.1 are the harness's own table,
 //! 0.98 the cancelled timer's entry and 0.24 the second line of an entry that straddles two
-//! (24-byte entries: 2 of every 8 do); 0.56 L1-only write misses on slots' tail chunks; ~120
-//! of ~222 instructions are the wheel's (the cancel ~22, the rest the insert: placement,
-//! slot bookkeeping, chunk append, entry write; ADR 0015).
+//! (24-byte entries: 2 of every 8 do); 0.56 L1-only write misses on slots' tail chunks; ~86
+//! of ~211 instructions are the wheel's (the cancel 24: key check, vacant write, three
+//! counters, the `next` compare; the insert's inline path ~56: placement, slot bookkeeping,
+//! chunk append, entry write; a slot's new tail chunk, 1 filing in 15, ~5.5 per op; ADRs 0015
+//! and 0023).
 //!
 //! The first design threaded doubly linked lists through the entries: a cancel touched three
 //! random cache lines and a cascade chased one dependent pointer per timer. ADR 0004 records

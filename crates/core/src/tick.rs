@@ -37,6 +37,24 @@ pub(crate) fn level_for(elapsed: Tick, when: Tick) -> usize {
     (significant / BITS_PER_LEVEL) as usize
 }
 
+/// `(level_for(elapsed, when), slot_for(when, level))` in one: the highest differing bit's
+/// index gives both the level (`>> 3`) and the digit's shift (`& !7`), so a filing costs one
+/// `bsr` and three cheap instructions instead of six (LLVM turns `63 - leading_zeros`
+/// followed by `/ 8` into `bsr`, two `xor`s and a shift, then shifts the level back for the
+/// digit).
+///
+/// Requires `when >= elapsed`.
+#[inline(always)]
+pub(crate) fn place_for(elapsed: Tick, when: Tick) -> (usize, usize) {
+    debug_assert!(elapsed <= when, "elapsed={elapsed}; when={when}");
+    // Non-zero (the low digit's bits are set), so `ilog2` cannot panic; those bits also
+    // make a deadline equal to the clock land on level 0.
+    let significant = ((elapsed ^ when) | (SLOTS as u64 - 1)).ilog2();
+    let shift = significant & !(BITS_PER_LEVEL - 1);
+    let slot = ((when >> shift) & (SLOTS as u64 - 1)) as usize;
+    ((significant / BITS_PER_LEVEL) as usize, slot)
+}
+
 /// The slot of `when` within `level`: its `level`-th 8-bit digit.
 #[inline]
 pub(crate) fn slot_for(when: Tick, level: usize) -> usize {
@@ -103,6 +121,43 @@ mod tests {
         for elapsed in 0..600u64 {
             for when in elapsed..5000u64 {
                 assert_eq!(level_for(elapsed, when), level_reference(elapsed, when));
+            }
+        }
+    }
+
+    #[test]
+    fn place_for_is_level_for_and_slot_for() {
+        let clocks = [
+            0u64,
+            1,
+            63,
+            255,
+            256,
+            4095,
+            65_535,
+            1 << 40,
+            u64::MAX / 2,
+            u64::MAX - 64,
+        ];
+        for elapsed in clocks {
+            let mut whens = alloc::vec![elapsed, u64::MAX];
+            for bit in 0..64 {
+                whens.extend([elapsed | (1u64 << bit), elapsed.saturating_add(1u64 << bit)]);
+                whens.push(elapsed.saturating_add((1u64 << bit) - 1));
+            }
+            for when in whens.into_iter().filter(|&w| w >= elapsed) {
+                let level = level_for(elapsed, when);
+                assert_eq!(
+                    place_for(elapsed, when),
+                    (level, slot_for(when, level)),
+                    "elapsed={elapsed}; when={when}"
+                );
+            }
+        }
+        for elapsed in 0..600u64 {
+            for when in elapsed..5000u64 {
+                let level = level_for(elapsed, when);
+                assert_eq!(place_for(elapsed, when), (level, slot_for(when, level)));
             }
         }
     }

@@ -10,7 +10,9 @@ use core::num::NonZeroU32;
 use crate::entry::{at, Entry, Timer, TimerKey, NIL, NO_POS};
 use crate::level::{Level, UNSORTED};
 use crate::pool::{addr, Chain, Pool, ITEMS, WORDS};
-use crate::tick::{level_for, slot_for, slot_start, Tick, BITS_PER_LEVEL, NUM_LEVELS, SLOTS};
+use crate::tick::{
+    level_for, place_for, slot_for, slot_start, Tick, BITS_PER_LEVEL, NUM_LEVELS, SLOTS,
+};
 use crate::InsertError;
 
 /// The most timers a wheel holds. Bounded so that, whatever the garbage, the pool's item
@@ -912,14 +914,18 @@ impl<T> Wheel<T> {
     fn file(&mut self, index: u32, deadline: Tick) -> NonZeroU32 {
         // Stays a lower bound while `next_stale` (which a filing leaves set: one store less
         // per insert, and `next_deadline_mut` then recomputes once for nothing).
-        self.next = self.next.min(deadline);
+        // A branch, not `min`: a new deadline is rarely the earliest, and the store is then
+        // skipped (one instruction less per filing than the load-compare-cmov-store).
+        if deadline < self.next {
+            self.next = deadline;
+        }
         debug_assert_eq!(
             self.odd,
             self.cascade_level != 0 || self.staged_block != u64::MAX
         );
         if !self.odd {
-            let level = level_for(self.elapsed, deadline);
-            return self.file_in(index, deadline, level, slot_for(deadline, level));
+            let (level, slot) = place_for(self.elapsed, deadline);
+            return self.file_in(index, deadline, level, slot);
         }
         self.file_odd(index, deadline)
     }
@@ -947,8 +953,7 @@ impl<T> Wheel<T> {
         if deadline >> BITS_PER_LEVEL == self.staged_block {
             return (STAGE, slot_for(deadline, 0));
         }
-        let level = level_for(self.elapsed, deadline);
-        (level, slot_for(deadline, level))
+        place_for(self.elapsed, deadline)
     }
 
     /// [`file`](Self::file) into a given slot.
@@ -961,8 +966,10 @@ impl<T> Wheel<T> {
     #[inline]
     fn file_in(&mut self, index: u32, deadline: Tick, level: usize, slot: usize) -> NonZeroU32 {
         let lvl = &mut self.levels[level];
-        // An empty chain's `end` is `WORDS` (`Chain::EMPTY`), so one test covers both.
-        if lvl.chains[slot].end == WORDS {
+        // An empty chain's `end` is `WORDS` (`Chain::EMPTY`), so one test covers both. (`>=`,
+        // though `end` never exceeds `WORDS`: the compiler then knows `end < WORDS` below and
+        // drops the index mask of the append.)
+        if lvl.chains[slot].end >= WORDS {
             return self.file_cold(index, deadline, level, slot);
         }
         debug_assert!(lvl.chains[slot].items != 0, "an empty chain with room");
@@ -1419,10 +1426,10 @@ impl<T> Wheel<T> {
             *budget = budget.saturating_sub((end - word) as usize);
             for w in live_words(live) {
                 let deadline = deadlines[w];
-                let to = level_for(self.elapsed, deadline);
+                let (to, to_slot) = place_for(self.elapsed, deadline);
                 debug_assert!(to < level);
                 let index = words[w];
-                let pos = self.file_in(index, deadline, to, slot_for(deadline, to));
+                let pos = self.file_in(index, deadline, to, to_slot);
                 self.set_pos(index, pos);
             }
         }
@@ -1506,7 +1513,10 @@ impl<T> Wheel<T> {
             // First every entry of the line (independent loads that overlap), then the moves.
             let mut deadlines = [0; WORDS as usize];
             let live = gather_live(entries, &words, read_chunk, read_word, end, &mut deadlines);
-            // The live items only, in order: the garbage is skipped without a look.
+            // The live items only, in order: the garbage is skipped without a look. The line
+            // written to is looked up once per line (not once per item: a bound check and the
+            // address arithmetic each time).
+            let mut line = &mut chunks[write_chunk as usize].0;
             for w in live_words(live) {
                 let index = words[w];
                 let Some(Entry::Occupied(timer)) = entries.get_mut(index as usize) else {
@@ -1514,11 +1524,12 @@ impl<T> Wheel<T> {
                 };
                 min = min.min(deadlines[w]);
                 if write_word == WORDS {
-                    write_chunk = chunks[write_chunk as usize].0[0];
+                    write_chunk = line[0];
+                    line = &mut chunks[write_chunk as usize].0;
                     write_word = 1;
                 }
                 // `& (WORDS - 1)`: the word is below WORDS here; the mask drops a bounds check.
-                chunks[write_chunk as usize].0[(write_word & (WORDS - 1)) as usize] = index;
+                line[(write_word & (WORDS - 1)) as usize] = index;
                 timer.pos = nonzero(addr(write_chunk, write_word));
                 write_word += 1;
                 kept += 1;
@@ -1783,9 +1794,9 @@ fn gather_live<T>(
     out: &mut [Tick; WORDS as usize],
 ) -> u32 {
     let mut live = 0;
-    for word in from..to {
-        let w = (word & (WORDS - 1)) as usize;
-        if let Some(timer) = at(entries, words[w], addr(chunk, word)) {
+    // `min`: `to <= WORDS` already; stated once per line, it drops the per-word index mask.
+    for w in from as usize..to.min(WORDS) as usize {
+        if let Some(timer) = at(entries, words[w], addr(chunk, w as u32)) {
             out[w] = timer.deadline;
             live |= 1 << w;
         }
