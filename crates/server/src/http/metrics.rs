@@ -155,20 +155,27 @@ impl MeteredStore {
     }
 }
 
-impl Store for MeteredStore {
-    fn commit(&self, batch: &[Change]) -> Result<(), StoreError> {
+impl MeteredStore {
+    /// Runs one store commit of `batch`, timed and counted.
+    fn metered(
+        &self,
+        batch: &[Change],
+        commit: impl FnOnce() -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
         let started = Instant::now();
-        let result = self.inner.commit(batch);
+        let result = commit();
         self.seconds.observe(started.elapsed().as_secs_f64());
         self.batch.observe(batch.len() as f64);
         result
     }
+}
+
+impl Store for MeteredStore {
+    fn commit(&self, batch: &[Change]) -> Result<(), StoreError> {
+        self.metered(batch, || self.inner.commit(batch))
+    }
     fn commit_deferred(&self, batch: &[Change]) -> Result<(), StoreError> {
-        let started = Instant::now();
-        let result = self.inner.commit_deferred(batch);
-        self.seconds.observe(started.elapsed().as_secs_f64());
-        self.batch.observe(batch.len() as f64);
-        result
+        self.metered(batch, || self.inner.commit_deferred(batch))
     }
     fn after_commit(&self) {
         self.inner.after_commit();
