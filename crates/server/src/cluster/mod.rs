@@ -444,16 +444,11 @@ fn watch(
                     tracing::warn!(%error, "cannot record this node's heartbeat");
                 }
                 adopt_orphans(shared, store, active, &mut orphans_of);
-                // A fresh bound on the database clock's offset for reading due times
-                // (commits give one too; a node that has not committed lately needs this).
-                let stale = store
-                    .clock_offset()
-                    .observed_at()
-                    .is_none_or(|at| shared.now().saturating_sub(at) >= 2_000);
-                if stale {
-                    if let Err(error) = store.sync_clock() {
-                        tracing::warn!(%error, "cannot read the database clock");
-                    }
+                // A fresh bound on the database clock's offset (`ClockOffset`): a read's
+                // round trip is short (a commit's includes its WAL flush, so its bound is
+                // looser by that), and the tightest bound of the last 10 s is the one used.
+                if let Err(error) = store.sync_clock() {
+                    tracing::warn!(%error, "cannot read the database clock");
                 }
             }
         }
