@@ -131,7 +131,94 @@ pub struct PgStore {
     /// Standby mode, once [`PgStore::fenced`]: the schema's active epoch this node raised;
     /// every commit checks that it is still the schema's.
     epoch: Option<i64>,
+    /// Shared mode: how far the database's clock is ahead of the node's, at least (learnt
+    /// from the group commits' round trips).
+    offset: ClockOffset,
+    /// Shared mode: the delayed jobs of the commits since the last [`PgStore::take_retimed`],
+    /// with the node-clock time from which the database holds them due.
+    retimed: Mutex<Vec<Retimed>>,
+    /// `retimed` is not empty (read without the lock on every engine operation).
+    retimed_pending: AtomicBool,
 }
+
+/// A delayed job a shared commit wrote: the engine scheduled it at `from` on the node's
+/// clock; the database holds it due from its own clock's `from + (database clock − node
+/// clock at the commit)`, which is no earlier than `to` on the node's clock (by the
+/// [`PgStore::clock_offset`] bound). An engine that moves its wake-up from `from` to `to`
+/// ([`Engine::retime_delayed`](tickwheel_queue::Engine::retime_delayed)) claims the job when
+/// the database first holds it due instead of a round trip early.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retimed {
+    /// The job.
+    pub id: JobId,
+    /// Its due time as the engine computed it (node clock, Unix ms).
+    pub from: u64,
+    /// The node-clock time (Unix ms) from which the database holds it due.
+    pub to: u64,
+}
+
+/// A lower bound on (database clock − node clock), in ms, from round trips: a statement that
+/// read the database clock as `db` and whose answer came at node time `back` ran at some node time below `back + 1` (whole ms, rounded down), when the
+/// database clock was at least `db`: so the offset is above `db − back − 1`. The largest such
+/// bound seen in the last [`ClockOffset::KEEP_MS`] is kept (the tightest; an older one is
+/// replaced, so a clock stepped since then is not trusted for long).
+///
+/// A bound that is too high would only make the node look a little early (a claim the
+/// database refuses as not due yet, retried at the database's due time): the database stays
+/// the authority; the bound only keeps the node from asking before it may.
+#[derive(Debug, Default)]
+pub struct ClockOffset {
+    /// (bound, node time it was observed at).
+    best: Mutex<Option<(i64, u64)>>,
+}
+
+impl ClockOffset {
+    /// How long a bound is kept before a newer, looser one may replace it (ms).
+    pub const KEEP_MS: u64 = 10_000;
+
+    /// Takes in a round trip that read the database clock as `db` and was answered at node
+    /// time `back` (both Unix ms, rounded down).
+    pub fn observe(&self, db: i64, back: u64) {
+        let bound = db.saturating_sub(big(back)).saturating_sub(1);
+        let mut best = self.best.lock().unwrap_or_else(|p| p.into_inner());
+        match *best {
+            Some((b, at)) if b > bound && back.saturating_sub(at) < Self::KEEP_MS => {}
+            _ => *best = Some((bound, back)),
+        }
+    }
+
+    /// The node time (Unix ms) of the round trip the bound comes from (`None` before the
+    /// first).
+    pub fn observed_at(&self) -> Option<u64> {
+        self.best
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .map(|(_, at)| at)
+    }
+
+    /// The bound (ms; `None` before the first round trip).
+    pub fn lower_bound(&self) -> Option<i64> {
+        self.best
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .map(|(b, _)| b)
+    }
+
+    /// A database-clock time as a node-clock time no earlier than it: when the node's clock
+    /// reads the result, the database's reads `db_ms` or later. Unchanged before the first
+    /// round trip.
+    pub fn to_node_clock(&self, db_ms: u64) -> u64 {
+        match self.lower_bound() {
+            Some(b) if b >= 0 => db_ms.saturating_sub(b.unsigned_abs()),
+            Some(b) => db_ms.saturating_add(b.unsigned_abs()),
+            None => db_ms,
+        }
+    }
+}
+
+/// At most this many [`Retimed`] entries wait for [`PgStore::take_retimed`] (a store nobody
+/// drains keeps no more; the engine then wakes at its own due times, a claim early).
+const MAX_RETIMED: usize = 1 << 20;
 
 /// Drops `value` (connections) on a thread of its own and waits for it. The synchronous
 /// client's `Drop` runs its own runtime to say goodbye to the server, which panics on a thread
@@ -265,7 +352,8 @@ impl Sql {
                      WHERE key = 'next_id' AND $14::bigint IS NOT NULL
                  )
                  SELECT CASE WHEN $17::bigint IS NULL OR EXISTS (SELECT 1 FROM fence) THEN 1
-                             ELSE {s}.fenced_off($17::bigint) END"
+                             ELSE {s}.fenced_off($17::bigint) END,
+                        (SELECT d FROM off)"
             ),
             resident: format!(
                 "SELECT {COLUMNS} FROM {s}.jobs WHERE NOT (state = 1 AND until_ms >= $1)
@@ -388,6 +476,9 @@ impl PgStore {
             reachable: AtomicBool::new(true),
             node_clock: Arc::new(system_ms),
             epoch: None,
+            offset: ClockOffset::default(),
+            retimed: Mutex::new(Vec::new()),
+            retimed_pending: AtomicBool::new(false),
         })
     }
 
@@ -453,6 +544,66 @@ impl PgStore {
     pub fn with_node_clock(mut self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> PgStore {
         self.node_clock = Arc::new(clock);
         self
+    }
+
+    /// The lower bound on (database clock − node clock) learnt from this store's commits
+    /// (shared mode; see [`ClockOffset`]).
+    pub fn clock_offset(&self) -> &ClockOffset {
+        &self.offset
+    }
+
+    /// Reads the database clock once on the read connection, for [`PgStore::clock_offset`]
+    /// (a node that has not committed lately has no fresh bound otherwise).
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn sync_clock(&self) -> Result<(), StoreError> {
+        let db: i64 = self.read_with(|c| {
+            Ok(c.query_one(
+                "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+                &[],
+            )?
+            .get(0))
+        })?;
+        self.offset.observe(db, (self.node_clock)());
+        Ok(())
+    }
+
+    /// The delayed jobs of the shared commits since the last call ([`Retimed`]; empty in
+    /// standby mode). Cheap when there are none.
+    pub fn take_retimed(&self) -> Vec<Retimed> {
+        if !self.retimed_pending.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let mut retimed = self.retimed.lock().unwrap_or_else(|p| p.into_inner());
+        self.retimed_pending.store(false, Ordering::Release);
+        std::mem::take(&mut *retimed)
+    }
+
+    /// Records where the database's due times of `delayed` (`(id, until)`, node clock, each
+    /// written as `until + d` on the database's) fall on the node's clock.
+    fn note_retimed(&self, delayed: impl Iterator<Item = (i64, i64)>, d: i64) {
+        let mut retimed = self.retimed.lock().unwrap_or_else(|p| p.into_inner());
+        for (id, until) in delayed {
+            if retimed.len() >= MAX_RETIMED {
+                break;
+            }
+            let (Ok(id), Ok(from), Ok(db)) = (
+                u64::try_from(id),
+                u64::try_from(until),
+                u64::try_from(until.saturating_add(d)),
+            ) else {
+                continue;
+            };
+            let to = self.offset.to_node_clock(db);
+            if to > from {
+                retimed.push(Retimed { id, from, to });
+            }
+        }
+        if !retimed.is_empty() {
+            self.retimed_pending.store(true, Ordering::Release);
+        }
     }
 
     /// The options it was opened with.
@@ -577,7 +728,8 @@ impl PgStore {
             }
         }
         let ids_end: Option<i64> = ids_end.map(big);
-        client.execute(
+        let sent = (self.node_clock)();
+        let row = client.query_one(
             statement,
             &[
                 &up_id,
@@ -595,10 +747,25 @@ impl PgStore {
                 &deleted,
                 &ids_end,
                 &up_key,
-                &big((self.node_clock)()),
+                &big(sent),
                 &self.epoch,
             ],
         )?;
+        if self.sql.announce.is_some() {
+            // Shared mode: `d` is (database clock − `sent`); every delayed due time went in as
+            // `until + d`.
+            let back = (self.node_clock)();
+            let d: i64 = row.get(1);
+            self.offset.observe(big(sent).saturating_add(d), back);
+            let delayed = up_until
+                .iter()
+                .zip(&up_state)
+                .zip(&up_id)
+                .chain(u_until.iter().zip(&u_state).zip(&u_id))
+                .filter(|((_, state), _)| **state == 1)
+                .map(|((until, _), id)| (*id, *until));
+            self.note_retimed(delayed, d);
+        }
         if let Some(channel) = &self.sql.announce {
             let ready = up_id.iter().chain(
                 u_id.iter()

@@ -589,3 +589,78 @@ fn a_silent_nodes_free_jobs_are_found_by_its_id_block() {
     a.heartbeat().expect("heartbeat");
     assert!(!is_stale(900));
 }
+
+/// After a shared commit the node knows where each delayed job's due time falls on its own
+/// clock (`PgStore::take_retimed`), for a node whose clock is ten minutes behind or ahead of
+/// the database's: from the moment the node's clock reads `to`, the database holds the job
+/// due (a claim then cannot lose as "not due yet"), and `to` is no earlier than the engine's
+/// own due time `from`. The offset bound learnt from the commit's round trip is below the
+/// true offset (± 1 ms of rounding: the two clocks are one machine's here).
+#[test]
+fn a_shared_commit_tells_the_node_when_the_database_holds_its_delayed_jobs_due() {
+    let Some((_cluster, options)) = setup() else {
+        return;
+    };
+    let node = Node::join(&options).expect("join");
+    for (i, shift) in [-600_000i64, 600_000].into_iter().enumerate() {
+        let clock = move || {
+            let sys = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("after 1970")
+                .as_millis() as i64;
+            (sys + shift) as u64
+        };
+        let store = PgStore::open(&options)
+            .expect("open")
+            .shared()
+            .with_node_clock(clock);
+        assert_eq!(store.clock_offset().lower_bound(), None);
+        let ids: Vec<u64> = (0..3)
+            .map(|k| node.ids().start + 10 * i as u64 + k)
+            .collect();
+        let until = clock() + 300;
+        put(
+            &store,
+            ids.iter()
+                .map(|id| job(*id, "retime", DurableState::Delayed { until }, 60_000))
+                .collect(),
+        );
+        let bound = store
+            .clock_offset()
+            .lower_bound()
+            .expect("learnt at the commit");
+        assert!(
+            bound <= -shift + 1,
+            "bound {bound} above the offset {}",
+            -shift
+        );
+        let retimed = store.take_retimed();
+        assert!(store.take_retimed().is_empty(), "taken once");
+        let mut db = Client::connect(&options.url, NoTls).expect("connect");
+        for id in &ids {
+            let r = retimed.iter().find(|r| r.id == *id);
+            let Some(r) = r else {
+                // Not moved: the database holds it due from `until` on the node's clock
+                // already (commit within the same millisecond).
+                continue;
+            };
+            assert_eq!(r.from, until);
+            assert!(r.to > r.from);
+            while clock() < r.to {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let due: bool = db
+                .query_one(
+                    "SELECT until_ms <= tickwheel.now_ms() FROM tickwheel.jobs WHERE id = $1",
+                    &[&(*id as i64)],
+                )
+                .expect("read")
+                .get(0);
+            assert!(
+                due,
+                "job {id}: the node's clock reads {} but the database does not hold it due",
+                r.to
+            );
+        }
+    }
+}

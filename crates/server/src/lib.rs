@@ -225,7 +225,7 @@ impl Server {
             max_job_size: config.max_job_size,
             window: config.window,
         };
-        let opened = cluster::open(options, engine_config.window_end_at(now))?;
+        let opened = cluster::open(options, engine_config.window_end_at(now), &config.clock)?;
         // The clock again: waiting as a standby may have taken hours.
         let (now, _) = shared::wall_millis(config.clock.system_time());
         let recovered = opened.recovered;
@@ -350,6 +350,14 @@ impl Handle {
     /// Puts the server in drain mode (`put` answers `DRAINING`), as beanstalkd on `SIGUSR1`.
     pub fn set_draining(&self, draining: bool) {
         self.shared.apply(|engine| engine.set_draining(draining));
+    }
+
+    /// Active-active on PostgreSQL: how many of this node's claims the database refused
+    /// because the job was not due yet by its clock (the node woke early for it; the job is
+    /// read again at the database's due time). `None` in other modes.
+    #[must_use]
+    pub fn claims_lost_not_due(&self) -> Option<u64> {
+        self.shared.active.get().map(|a| a.not_due_losses())
     }
 }
 

@@ -369,6 +369,11 @@ impl Shared {
     /// for, and what `op` returned.
     pub(crate) fn apply<R>(&self, op: impl FnOnce(&mut Engine) -> R) -> (Ticket, R) {
         let mut engine = self.lock();
+        if let Some(active) = self.active.get() {
+            // Before the operation (it may advance the wheel): the due times the last commits
+            // moved onto the database's clock.
+            active.retime(&mut engine);
+        }
         let r = op(&mut engine);
         let ticket = self.after_op(&mut engine);
         (ticket, r)

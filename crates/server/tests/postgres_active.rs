@@ -291,3 +291,122 @@ async fn a_node_whose_listen_connection_dropped_reads_what_it_missed() {
     one.shutdown().await;
     two.shutdown().await;
 }
+
+/// The system clock shifted by a fixed amount: a node whose clock is off from the database's.
+#[derive(Debug)]
+struct Skewed {
+    ahead: bool,
+    by: std::time::Duration,
+}
+
+impl tickwheel_server::Clock for Skewed {
+    fn now(&self) -> std::time::Instant {
+        tickwheel_server::SystemClock.now()
+    }
+
+    fn park_until(&self, deadline: Option<std::time::Instant>) {
+        tickwheel_server::SystemClock.park_until(deadline);
+    }
+
+    fn system_time(&self) -> std::time::SystemTime {
+        if self.ahead {
+            std::time::SystemTime::now() + self.by
+        } else {
+            std::time::SystemTime::now() - self.by
+        }
+    }
+}
+
+fn skewed(cluster: &Cluster, ahead: bool) -> Config {
+    Config {
+        clock: std::sync::Arc::new(Skewed {
+            ahead,
+            by: std::time::Duration::from_secs(600),
+        }),
+        ..config(cluster)
+    }
+}
+
+/// A node whose clock is ten minutes behind the database's wakes for a delayed job due by the
+/// database's clock when the database holds it due, not ten minutes later: due times read
+/// from the database go onto the node's clock by the offset it learnt (ADR 0008 session 10).
+/// Before, the engine scheduled the database's due time on its own clock (the reserve below
+/// timed out). The job is put through another node that serves no reserver (so this node
+/// adopts it after the affinity time), and by SQL (adopted at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_clock_is_behind_serves_delayed_jobs_when_the_database_holds_them_due() {
+    let Some(cluster) = cluster_for_test() else {
+        return;
+    };
+    let behind = Running::open(&skewed(&cluster, false)).await;
+    let other = Running::open(&config(&cluster)).await;
+    let mut c = behind.client().await;
+    let mut p = other.client().await;
+    let a = p.put(0, 1, 60, "a").await;
+    assert_eq!(c.reserve(30).await, (a, "a".to_owned()));
+    assert_eq!(c.cmd(&format!("delete {a}")).await, "DELETED");
+    let url = cluster.url();
+    let b: i64 = tokio::task::spawn_blocking(move || {
+        let mut db = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        db.query_one(
+            "SELECT tickwheel.put('default', 'b', interval '1 second')",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+    })
+    .await
+    .unwrap();
+    assert_eq!(c.reserve(30).await, (b as u64, "b".to_owned()));
+    assert_eq!(behind.handle.claims_lost_not_due(), Some(0));
+    drop((c, p));
+    behind.shutdown().await;
+    other.shutdown().await;
+}
+
+/// A node whose clock is ten minutes ahead of the database's does not claim a delayed job
+/// before the database holds it due: none of its claims is refused as "not due yet". Before,
+/// a job put by SQL (its due time on the database's clock) was ready at once on this node's
+/// clock, and its first claim lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_clock_is_ahead_loses_no_claim_as_not_due() {
+    let Some(cluster) = cluster_for_test() else {
+        return;
+    };
+    let ahead = Running::open(&skewed(&cluster, true)).await;
+    let mut c = ahead.client().await;
+    // Its own puts (their due times moved by the commit) and SQL puts.
+    let mut want = Vec::new();
+    for i in 0..3 {
+        want.push(c.put(0, 1, 60, &format!("own{i}")).await);
+    }
+    let url = cluster.url();
+    let sql: Vec<i64> = tokio::task::spawn_blocking(move || {
+        let mut db = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        (0..3)
+            .map(|i| {
+                db.query_one(
+                    "SELECT tickwheel.put('default', $1::text::bytea, interval '1 second')",
+                    &[&format!("sql{i}")],
+                )
+                .unwrap()
+                .get(0)
+            })
+            .collect()
+    })
+    .await
+    .unwrap();
+    want.extend(sql.iter().map(|id| *id as u64));
+    let mut got = Vec::new();
+    for _ in 0..want.len() {
+        let (id, _) = c.reserve(30).await;
+        assert_eq!(c.cmd(&format!("delete {id}")).await, "DELETED");
+        got.push(id);
+    }
+    got.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(got, want);
+    assert_eq!(ahead.handle.claims_lost_not_due(), Some(0));
+    drop(c);
+    ahead.shutdown().await;
+}

@@ -104,6 +104,42 @@ impl Engine {
         true
     }
 
+    /// Moves a delayed job's wake-up from `from` to the later `to`, if the job is still delayed
+    /// until `from` (a later change of it wins) and `to` is inside the memory window. Records
+    /// nothing for the store: the store holds the job due at `to` already. For a node whose
+    /// store moves due times onto another clock at commit (PostgreSQL, several nodes serving
+    /// at once): the engine then wakes when the database holds the job due, not a round trip
+    /// early. Returns whether the job moved.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use tickwheel_queue::{ClientId, Config, Engine, JobState};
+    ///
+    /// let mut engine = Engine::new(Config::default(), 1_000);
+    /// let id = engine.put(1_000, ClientId(1), 1, 500, 60_000, Bytes::new()).unwrap();
+    /// engine.take_changes();
+    /// assert!(engine.retime_delayed(id, 1_500, 1_503));
+    /// engine.advance(1_502);
+    /// assert_eq!(engine.job_state(id), Some(JobState::Delayed));
+    /// engine.advance(1_503);
+    /// assert_eq!(engine.job_state(id), Some(JobState::Ready));
+    /// assert!(engine.take_changes().is_empty(), "nothing for the store");
+    /// ```
+    pub fn retime_delayed(&mut self, id: JobId, from: Millis, to: Millis) -> bool {
+        if to <= from || to >= self.window_end {
+            return false;
+        }
+        match self.jobs.get(&id) {
+            Some(job) if job.state == JobState::Delayed && job.deadline == from => {}
+            _ => return false,
+        }
+        self.leave_state(id);
+        self.enter_delayed(id, to);
+        true
+    }
+
     /// Gives out the engine's own ids from `next` on (its later id blocks follow on from
     /// there), whatever it recovered. For a node that took a block of ids of its own from a
     /// store shared with other nodes: their jobs' ids, above or below, must not move it.
@@ -154,6 +190,38 @@ mod tests {
             .put(10, ClientId(2), 1, 0, 1000, Bytes::new())
             .expect("put");
         assert_eq!(id, 1);
+    }
+
+    #[test]
+    fn retime_moves_only_a_job_still_delayed_until_from() {
+        let mut engine = Engine::new(Config::default(), 10);
+        let client = ClientId(1);
+        let a = engine
+            .put(10, client, 1, 100, 1000, Bytes::new())
+            .expect("put");
+        let b = engine
+            .put(10, client, 1, 100, 1000, Bytes::new())
+            .expect("put");
+        let c = engine
+            .put(10, client, 1, 0, 1000, Bytes::new())
+            .expect("put");
+        engine.take_changes();
+        assert!(!engine.retime_delayed(a, 111, 120), "not delayed until 111");
+        assert!(!engine.retime_delayed(a, 110, 105), "never earlier");
+        assert!(!engine.retime_delayed(c, 110, 120), "ready, not delayed");
+        assert!(!engine.retime_delayed(99, 110, 120), "no such job");
+        assert!(engine.retime_delayed(a, 110, 112));
+        assert!(!engine.retime_delayed(a, 110, 113), "moved already");
+        assert_eq!(engine.next_deadline(), Some(110));
+        engine.advance(110);
+        assert_eq!(engine.job_state(a), Some(JobState::Delayed));
+        assert_eq!(engine.job_state(b), Some(JobState::Ready));
+        assert_eq!(engine.stats().delayed, 1);
+        engine.advance(111);
+        assert_eq!(engine.job_state(a), Some(JobState::Delayed));
+        engine.advance(112);
+        assert_eq!(engine.job_state(a), Some(JobState::Ready));
+        assert!(engine.take_changes().is_empty(), "nothing for the store");
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub(crate) struct Active {
     wake: std::sync::mpsc::SyncSender<()>,
     /// The claimer's end, taken once by the thread that claims on demand.
     woken: std::sync::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+    /// Claims lost as not due yet by the database clock ([`Active::not_due_losses`]).
+    not_due: std::sync::atomic::AtomicU64,
 }
 
 impl Active {
@@ -60,6 +62,7 @@ impl Active {
             deferred: std::sync::Mutex::new(Deferred::default()),
             wake,
             woken: std::sync::Mutex::new(Some(woken)),
+            not_due: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -237,6 +240,11 @@ pub(crate) async fn claim(
     shared.apply(|engine| engine.drop_cached(id));
     // Gone, held or buried elsewhere: it comes back announced if it is ever ready again. Not
     // due yet by the database clock, or paused: adopted again then.
+    if let Some(Lost::NotDue { .. }) = claim.lost {
+        active
+            .not_due
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
     if let Some(Lost::NotDue { until_ms } | Lost::Paused { until_ms }) = claim.lost {
         let wait = Duration::from_millis(until_ms.saturating_sub(claim.at_ms));
         readopt_later(shared.clone(), active.clone(), id, wait);
@@ -249,10 +257,43 @@ fn readopt_later(shared: Arc<Shared>, active: Arc<Active>, id: JobId, wait: Dura
     tokio::spawn(async move {
         tokio::time::sleep(wait).await;
         let store = active.store.clone();
-        if let Some(Ok(records)) = blocking(move || store.get_free(&[id])).await {
+        if let Some(Ok(mut records)) = blocking(move || store.get_free(&[id])).await {
+            on_node_clock(&active.store, &mut records);
             adopt_fresh(&shared, records);
         }
     });
+}
+
+/// Moves the due times of delayed `records` read from the database (its clock) onto the
+/// node's clock, no earlier ([`tickwheel_pg::ClockOffset::to_node_clock`]): the engine's wheel
+/// runs on the node's clock, so a node whose clock is behind the database's would otherwise
+/// wake late for them, and one whose clock is ahead would claim them early (refused as not
+/// due by the database, which stays the authority).
+pub(crate) fn on_node_clock(store: &PgStore, records: &mut [tickwheel_queue::JobRecord]) {
+    let offset = store.clock_offset();
+    for record in records {
+        if let tickwheel_queue::DurableState::Delayed { until } = &mut record.state {
+            *until = offset.to_node_clock(*until);
+        }
+    }
+}
+
+impl Active {
+    /// Moves the engine's wake-ups of this node's delayed jobs committed since the last call
+    /// to when the database holds them due ([`PgStore::take_retimed`]): called under the
+    /// engine lock before every engine operation, so the wheel does not fire them a commit
+    /// round trip early (a claim the database would refuse as not due yet).
+    pub(crate) fn retime(&self, engine: &mut tickwheel_queue::Engine) {
+        for r in self.store.take_retimed() {
+            engine.retime_delayed(r.id, r.from, r.to);
+        }
+    }
+
+    /// Claims this node lost because the database did not hold the job due yet (by its
+    /// clock): a wake-up too early.
+    pub(crate) fn not_due_losses(&self) -> u64 {
+        self.not_due.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// Adopts records read from the database, replacing what the engine had for them unless one
@@ -437,7 +478,8 @@ pub(crate) fn read_and_adopt(
     let mut read = false;
     for chunk in ids.chunks(chunk) {
         match store.get_free(chunk) {
-            Ok(records) => {
+            Ok(mut records) => {
+                on_node_clock(store, &mut records);
                 adopt_with_affinity(
                     shared,
                     active,
@@ -454,7 +496,8 @@ pub(crate) fn read_and_adopt(
     read
 }
 
-/// Adopts announced or deferred `records` (read just now, free of live leases): ready ones
+/// Adopts announced or deferred `records` (read just now, free of live leases, due times on
+/// the node's clock: [`on_node_clock`]): ready ones
 /// this node owns, or whose [`AFFINITY`] time has passed (`deferred_now` true), at once;
 /// delayed ones (the owner's wheel fires them) are deferred to their due time plus
 /// [`AFFINITY`] unless this node owns them.

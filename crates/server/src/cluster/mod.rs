@@ -62,7 +62,11 @@ pub(crate) struct Opened {
 /// # Errors
 ///
 /// The database is unreachable, refuses, or has a newer schema than this build knows.
-pub(crate) fn open(options: &PgOptions, window_end_ms: u64) -> anyhow::Result<Opened> {
+pub(crate) fn open(
+    options: &PgOptions,
+    window_end_ms: u64,
+    clock: &Arc<dyn tickwheel::Clock>,
+) -> anyhow::Result<Opened> {
     std::thread::scope(|scope| {
         scope
             .spawn(|| -> anyhow::Result<Opened> {
@@ -80,8 +84,17 @@ pub(crate) fn open(options: &PgOptions, window_end_ms: u64) -> anyhow::Result<Op
                     let recovered = store
                         .recover(window_end_ms)
                         .context("cannot read the jobs from PostgreSQL")?;
+                    // Due times move onto the database clock from the engine's clock (the
+                    // server's), and back onto it for the wheel.
+                    let clock = clock.clone();
+                    let store = store
+                        .shared()
+                        .with_node_clock(move || crate::shared::wall_millis(clock.system_time()).0);
+                    store
+                        .sync_clock()
+                        .context("cannot read the database clock")?;
                     return Ok(Opened {
-                        store: Arc::new(store.shared()),
+                        store: Arc::new(store),
                         recovered,
                         lock: None,
                         node: Some(node),
@@ -325,17 +338,11 @@ fn adopt_missing(
     mut ids: Vec<JobId>,
 ) -> usize {
     shared.read(|engine| ids.retain(|id| engine.job_state(*id).is_none()));
-    let now = unix_ms();
+    let now = shared.now();
     if active::read_and_adopt(shared, active, store, &ids, 1000, now, false) {
         active.wake_claimer();
     }
     ids.len()
-}
-
-/// The system clock in Unix ms (the database's due times are compared with it only to
-/// schedule a look; claims decide by the database clock).
-fn unix_ms() -> u64 {
-    crate::shared::wall_millis(std::time::SystemTime::now()).0
 }
 
 /// The longest the watcher waits without looking at its stop flag.
@@ -366,7 +373,8 @@ fn claim_on_demand(
 ) {
     let mut lazy_read = std::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        let next = active.deferred().next_in(unix_ms());
+        // The node's clock (the engine's): deferred times are on it (`active::on_node_clock`).
+        let next = active.deferred().next_in(shared.now());
         let wait = match next {
             Some(next) if reservers_waiting(shared) => next,
             Some(next) => next.max(LAZY.saturating_sub(lazy_read.elapsed())),
@@ -377,7 +385,7 @@ fn claim_on_demand(
             Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
         }
-        let now = unix_ms();
+        let now = shared.now();
         // Nothing due (one node alone, above all): no engine lock taken for the wake-up.
         if active.deferred().next_in(now) != Some(Duration::ZERO) {
             continue;
@@ -436,6 +444,12 @@ fn watch(
                     tracing::warn!(%error, "cannot record this node's heartbeat");
                 }
                 adopt_orphans(shared, store, active, &mut orphans_of);
+                // A fresh bound on the database clock's offset (`ClockOffset`): a read's
+                // round trip is short (a commit's includes its WAL flush, so its bound is
+                // looser by that), and the tightest bound of the last 10 s is the one used.
+                if let Err(error) = store.sync_clock() {
+                    tracing::warn!(%error, "cannot read the database clock");
+                }
             }
         }
         if lock
@@ -534,7 +548,7 @@ fn watch(
             }
         }
         if let Some(active) = active.as_ref() {
-            let now = unix_ms();
+            let now = shared.now();
             let affinity = u64::try_from(active::AFFINITY.as_millis()).unwrap_or(0);
             ready.sort_unstable();
             ready.dedup();
@@ -591,6 +605,9 @@ fn watch(
         }
         records.retain(|r| adopted.first_time(r.id));
         adopted.prune(store);
+        if active.is_some() {
+            active::on_node_clock(store, &mut records);
+        }
         if !records.is_empty() {
             shared.apply(|engine| {
                 for record in records {

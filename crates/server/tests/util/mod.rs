@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 /// A running server on a loopback port and what it takes to stop it.
 pub(crate) struct Running {
     pub(crate) addr: SocketAddr,
+    pub(crate) handle: tickwheel_server::Handle,
     stop: CancellationToken,
     task: JoinHandle<()>,
 }
@@ -21,11 +22,17 @@ impl Running {
     /// Opens a server with `config` and serves it on `127.0.0.1:0`.
     pub(crate) async fn open(config: &Config) -> Running {
         let server = Server::open(config).unwrap();
+        let handle = server.handle();
         let listener = Listener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let stop = CancellationToken::new();
         let task = tokio::spawn(server.run(listener, stop.clone()));
-        Running { addr, stop, task }
+        Running {
+            addr,
+            handle,
+            stop,
+            task,
+        }
     }
 
     pub(crate) async fn client(&self) -> Client {
