@@ -187,15 +187,6 @@ impl ClockOffset {
         }
     }
 
-    /// The node time (Unix ms) of the round trip the bound comes from (`None` before the
-    /// first).
-    pub fn observed_at(&self) -> Option<u64> {
-        self.best
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .map(|(_, at)| at)
-    }
-
     /// The bound (ms; `None` before the first round trip).
     pub fn lower_bound(&self) -> Option<i64> {
         self.best
@@ -208,11 +199,8 @@ impl ClockOffset {
     /// reads the result, the database's reads `db_ms` or later. Unchanged before the first
     /// round trip.
     pub fn to_node_clock(&self, db_ms: u64) -> u64 {
-        match self.lower_bound() {
-            Some(b) if b >= 0 => db_ms.saturating_sub(b.unsigned_abs()),
-            Some(b) => db_ms.saturating_add(b.unsigned_abs()),
-            None => db_ms,
-        }
+        self.lower_bound()
+            .map_or(db_ms, |b| db_ms.saturating_add_signed(b.saturating_neg()))
     }
 }
 
@@ -529,7 +517,10 @@ impl PgStore {
     ///   so a node whose clock is behind cannot make a job due early by the database clock;
     /// - updates and deletes leave alone a row held under a live lease (state 3): a holder
     ///   acts through [`Node::release`], [`Node::delete`], … first, and a stale engine cannot
-    ///   undo another node's claim.
+    ///   undo another node's claim;
+    /// - every read (`get`, [`PgStore::get_free`], `delayed_between`, `recover`, …) gives
+    ///   delayed due times back on the node's clock, no earlier than the database holds them
+    ///   due ([`PgStore::clock_offset`]; unchanged before the first round trip).
     #[must_use]
     pub fn shared(mut self) -> PgStore {
         self.sql = Sql::new(&self.options.schema, true);
@@ -784,6 +775,18 @@ impl PgStore {
         Ok(())
     }
 
+    /// A due time read from the database (its clock) as the node's engine schedules it.
+    /// Shared mode: moved onto the node's clock, no earlier ([`ClockOffset::to_node_clock`]),
+    /// so a node whose clock is behind the database's does not wake late for it and one ahead
+    /// does not claim it early. One active node: unchanged (its engine is the authority).
+    fn on_node_clock(&self, db_ms: u64) -> u64 {
+        if self.sql.announce.is_some() {
+            self.offset.to_node_clock(db_ms)
+        } else {
+            db_ms
+        }
+    }
+
     fn decode(&self, row: &Row) -> Result<JobRecord, StoreError> {
         let id: i64 = row.get(0);
         let tube: &str = row.get(1);
@@ -799,9 +802,12 @@ impl PgStore {
         let tube = TubeName::new(tube).map_err(|_| bad("invalid tube name"))?;
         let state = match state {
             0 => DurableState::Ready,
-            1 => DurableState::Delayed {
-                until: u64::try_from(until).map_err(|_| bad("negative until_ms"))?,
-            },
+            1 => {
+                let until = u64::try_from(until).map_err(|_| bad("negative until_ms"))?;
+                DurableState::Delayed {
+                    until: self.on_node_clock(until),
+                }
+            }
             2 => DurableState::Buried,
             // Reserved by a node (active-active): a reservation is not durable in the
             // engine's terms; a claim by primary key decides who holds it.

@@ -257,25 +257,10 @@ fn readopt_later(shared: Arc<Shared>, active: Arc<Active>, id: JobId, wait: Dura
     tokio::spawn(async move {
         tokio::time::sleep(wait).await;
         let store = active.store.clone();
-        if let Some(Ok(mut records)) = blocking(move || store.get_free(&[id])).await {
-            on_node_clock(&active.store, &mut records);
+        if let Some(Ok(records)) = blocking(move || store.get_free(&[id])).await {
             adopt_fresh(&shared, records);
         }
     });
-}
-
-/// Moves the due times of delayed `records` read from the database (its clock) onto the
-/// node's clock, no earlier ([`tickwheel_pg::ClockOffset::to_node_clock`]): the engine's wheel
-/// runs on the node's clock, so a node whose clock is behind the database's would otherwise
-/// wake late for them, and one whose clock is ahead would claim them early (refused as not
-/// due by the database, which stays the authority).
-pub(crate) fn on_node_clock(store: &PgStore, records: &mut [tickwheel_queue::JobRecord]) {
-    let offset = store.clock_offset();
-    for record in records {
-        if let tickwheel_queue::DurableState::Delayed { until } = &mut record.state {
-            *until = offset.to_node_clock(*until);
-        }
-    }
 }
 
 impl Active {
@@ -478,8 +463,7 @@ pub(crate) fn read_and_adopt(
     let mut read = false;
     for chunk in ids.chunks(chunk) {
         match store.get_free(chunk) {
-            Ok(mut records) => {
-                on_node_clock(store, &mut records);
+            Ok(records) => {
                 adopt_with_affinity(
                     shared,
                     active,
@@ -497,7 +481,7 @@ pub(crate) fn read_and_adopt(
 }
 
 /// Adopts announced or deferred `records` (read just now, free of live leases, due times on
-/// the node's clock: [`on_node_clock`]): ready ones
+/// the node's clock: [`PgStore::shared`]): ready ones
 /// this node owns, or whose [`AFFINITY`] time has passed (`deferred_now` true), at once;
 /// delayed ones (the owner's wheel fires them) are deferred to their due time plus
 /// [`AFFINITY`] unless this node owns them.

@@ -81,11 +81,9 @@ pub(crate) fn open(
                         ids = ?node.ids(),
                         "serving beside any other nodes of this schema (active-active)"
                     );
-                    let recovered = store
-                        .recover(window_end_ms)
-                        .context("cannot read the jobs from PostgreSQL")?;
                     // Due times move onto the database clock from the engine's clock (the
-                    // server's), and back onto it for the wheel.
+                    // server's), and back onto it for the wheel: the clock offset is read
+                    // first, so the recovered jobs' due times are on the node's clock too.
                     let clock = clock.clone();
                     let store = store
                         .shared()
@@ -93,6 +91,9 @@ pub(crate) fn open(
                     store
                         .sync_clock()
                         .context("cannot read the database clock")?;
+                    let recovered = store
+                        .recover(window_end_ms)
+                        .context("cannot read the jobs from PostgreSQL")?;
                     return Ok(Opened {
                         store: Arc::new(store),
                         recovered,
@@ -373,7 +374,7 @@ fn claim_on_demand(
 ) {
     let mut lazy_read = std::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        // The node's clock (the engine's): deferred times are on it (`active::on_node_clock`).
+        // The node's clock (the engine's): deferred times are on it (a shared store's reads are).
         let next = active.deferred().next_in(shared.now());
         let wait = match next {
             Some(next) if reservers_waiting(shared) => next,
@@ -605,9 +606,6 @@ fn watch(
         }
         records.retain(|r| adopted.first_time(r.id));
         adopted.prune(store);
-        if active.is_some() {
-            active::on_node_clock(store, &mut records);
-        }
         if !records.is_empty() {
             shared.apply(|engine| {
                 for record in records {
