@@ -157,8 +157,10 @@
 //!   each item's entry, keeps the live ones in order, frees spare chunks). So garbage costs about 10.7 bytes per
 //!   live timer and ~1.35 entry reads per cancel (the garbage item's, and 0.35 live ones
 //!   re-read: churn at N = 1e6, ADR 0024), paid in a sequential pass whose reads do not
-//!   depend on each other. Cancelling the earliest timer is the exception: it looks
-//!   for the next one (see *Exact next deadline* above).
+//!   depend on each other: a line's liveness tests are a mask computed without a branch
+//!   (live or not is a coin toss there), and the next line's entries are read before this
+//!   line's live items move (ADR 0027). Cancelling the earliest timer is the exception: it
+//!   looks for the next one (see *Exact next deadline* above).
 //! - **Cascade**: the slot's chunks front to back (15 items per line, each line freed at once
 //!   and refilled by the levels below while hot); the 15 entries of a line are read before any
 //!   item is moved, so their cache misses overlap instead of queueing (garbage is dropped here
