@@ -77,7 +77,8 @@ mod space;
 pub mod wal;
 
 pub use disk::{
-    DiskOptions, DiskStore, DEFAULT_LOG_SEGMENT_BYTES, DEFAULT_MIN_FREE_BYTES, FORMAT_VERSION,
+    ApplyStats, DiskOptions, DiskStore, DEFAULT_APPLY_DELAY, DEFAULT_LOG_SEGMENT_BYTES,
+    DEFAULT_MIN_FREE_BYTES, FORMAT_VERSION,
 };
 pub use error::StoreError;
 pub use fault::{Fault, FaultyStore};
