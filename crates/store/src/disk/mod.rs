@@ -487,6 +487,16 @@ impl DiskStore {
         self.inner.lock_writes().log_seq
     }
 
+    /// The ids in fjall's `jobs` table, as the applier left it (tests).
+    #[cfg(test)]
+    pub(crate) fn fjall_job_ids(&self) -> Vec<JobId> {
+        self.inner
+            .jobs
+            .iter()
+            .map(|kv| be_u64(&kv.key().expect("read a key")).expect("an id key"))
+            .collect()
+    }
+
     /// Makes the applier's next fjall write fail (tests).
     #[cfg(test)]
     pub(crate) fn set_apply_fault(&self) {

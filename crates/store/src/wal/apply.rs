@@ -27,9 +27,10 @@
 //!   when its delay has passed since it saw the first of them, or at once when someone waits
 //!   for it (a push held by back-pressure, [`Handoff::wait_applied`], [`Handoff::drain`],
 //!   [`Handoff::close`]). So it is woken only when it parks with an empty queue (the next
-//!   push owes it a wake-up, `unwoken`) or when the threshold is crossed; a waiter sets
-//!   `hurry` and wakes it itself, so no wait depends on a late wake-up or on the delay (loom's
-//!   timed waits never time out: the models check exactly that).
+//!   push owes it a wake-up, `unwoken`) or when the threshold is crossed. A waiter counts
+//!   itself in `waiters` and wakes the applier itself, and a push while anyone waits wakes
+//!   it at once, so no wait depends on a late wake-up or on the delay (loom's timed waits
+//!   never time out: the models check exactly that).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -94,9 +95,9 @@ struct State<B, V> {
     /// A job was pushed (quietly) to an idle applier, or the queue crossed the threshold:
     /// [`Handoff::wake`] owes the applier a wake-up.
     unwoken: bool,
-    /// Someone waits for the applier: it applies what is queued without waiting for the
-    /// threshold or the delay.
-    hurry: bool,
+    /// Threads waiting for the applier (for `applied`, or for room in the queue): while there
+    /// are any, it applies what is queued without waiting for the threshold or the delay.
+    waiters: usize,
 }
 
 /// The queue, the overlay and the applied mark, under one lock.
@@ -139,7 +140,7 @@ impl<B, V: Clone> Handoff<B, V> {
                 closed: false,
                 idle: false,
                 unwoken: false,
-                hurry: false,
+                waiters: 0,
             }),
             work: Condvar::new(),
             progress: Condvar::new(),
@@ -186,8 +187,7 @@ impl<B, V: Clone> Handoff<B, V> {
     ) -> Result<(), Stopped> {
         let mut st = self.lock();
         while !st.failed && !st.queue.is_empty() && st.queued + job.cost > self.capacity {
-            self.hurry_locked(&mut st);
-            st = self.wait(&self.progress, st);
+            st = self.wait_for_applier(st);
         }
         if st.failed {
             return Err(Stopped);
@@ -199,7 +199,13 @@ impl<B, V: Clone> Handoff<B, V> {
         st.queued += job.cost;
         st.pushed = st.pushed.max(job.seq);
         st.queue.push_back(job);
-        if st.idle || (below && st.queued >= self.pace.threshold) {
+        if st.waiters > 0 {
+            // Someone waits for the applier already: no reason to leave it parked.
+            st.unwoken = false;
+            st.idle = false;
+            drop(st);
+            self.work.notify_one();
+        } else if st.idle || (below && st.queued >= self.pace.threshold) {
             st.unwoken = true;
         }
         Ok(())
@@ -219,16 +225,20 @@ impl<B, V: Clone> Handoff<B, V> {
         }
     }
 
-    /// For a caller that holds the lock and is about to wait for the applier: asks it to
-    /// apply what is queued now, waking it (once until it takes the queue: the applier looks
-    /// at `hurry` before it parks, so a wake-up it was not parked for is not needed).
-    fn hurry_locked(&self, st: &mut State<B, V>) {
-        if !st.hurry {
-            st.hurry = true;
-            st.unwoken = false;
-            st.idle = false;
-            self.work.notify_one();
-        }
+    /// Waits once on `progress` as a waiter for the applier: while it waits, the applier
+    /// applies what is queued at once (it looks at `waiters` before it parks, and a push
+    /// wakes it while there are waiters), and it is woken now in case it is parked.
+    fn wait_for_applier<'a>(
+        &self,
+        mut st: MutexGuard<'a, State<B, V>>,
+    ) -> MutexGuard<'a, State<B, V>> {
+        st.waiters += 1;
+        st.unwoken = false;
+        st.idle = false;
+        self.work.notify_one();
+        st = self.wait(&self.progress, st);
+        st.waiters -= 1;
+        st
     }
 
     /// The value of `key` after the last job that changed it and is not applied yet; `None`
@@ -252,14 +262,13 @@ impl<B, V: Clone> Handoff<B, V> {
                 if st.closed {
                     return None;
                 }
-                st.hurry = false;
                 st.idle = true;
                 deadline = None;
                 st = self.wait(&self.work, st);
                 st.idle = false;
                 continue;
             }
-            let due = st.hurry
+            let due = st.waiters > 0
                 || st.closed
                 || st.queued >= self.pace.threshold
                 || self.pace.delay.is_zero()
@@ -269,7 +278,6 @@ impl<B, V: Clone> Handoff<B, V> {
                 st.queued = 0;
                 // Awake: it looks at the queue again before it parks.
                 st.unwoken = false;
-                st.hurry = false;
                 drop(st);
                 self.progress.notify_all();
                 return Some(jobs);
@@ -294,8 +302,8 @@ impl<B, V: Clone> Handoff<B, V> {
             }
             if let Some(job) = st.queue.pop_front() {
                 st.queued -= job.cost;
+                // Awake: it looks at the queue again before it parks.
                 st.unwoken = false;
-                st.hurry = false;
                 drop(st);
                 self.progress.notify_all();
                 return Some(job);
@@ -343,8 +351,7 @@ impl<B, V: Clone> Handoff<B, V> {
     pub fn wait_applied(&self, seq: u64) -> Result<(), Stopped> {
         let mut st = self.lock();
         while st.applied < seq && !st.failed {
-            self.hurry_locked(&mut st);
-            st = self.wait(&self.progress, st);
+            st = self.wait_for_applier(st);
         }
         if st.applied >= seq {
             Ok(())
