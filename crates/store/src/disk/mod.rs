@@ -34,6 +34,13 @@
 //! plan from its overlay ([`crate::wal::apply`]) and reads of the tables wait for it; a failed
 //! fjall write there poisons the store, and the log replays the commit at the next open
 //! (`docs/decisions/0018-settle-on-the-log-apply-behind.md`).
+//!
+//! The applier applies behind in bulk (`docs/decisions/0026-apply-behind-in-bulk.md`): it
+//! lets settled commits queue for [`DiskOptions::apply_delay`] (or until 256 KiB are queued,
+//! or at once while anyone waits for it), then writes them all as one fjall batch: a commit
+//! is planned into table writes as data (`merge::Writes`), and `merge::merge` keeps each
+//! key's last write and drops the removals of keys no earlier fjall batch wrote, so a job put
+//! and deleted inside one such range never reaches fjall.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
