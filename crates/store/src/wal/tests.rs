@@ -534,6 +534,96 @@ mod applier {
         );
     }
 
+    /// Copies a directory tree (a process crash's view of an open store: what it wrote is in
+    /// the page cache).
+    fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            let target = to.join(e.file_name());
+            if e.file_type().unwrap().is_dir() {
+                copy_dir(&e.path(), &target);
+            } else {
+                std::fs::copy(e.path(), &target).unwrap();
+            }
+        }
+    }
+
+    /// ADR 0026: the applier waits (here: until something waits for it), then writes every
+    /// queued commit as one fjall batch of each key's last write, so a job put and deleted
+    /// in between never reaches fjall, while a job put and kept does, and survives a crash
+    /// before that write (from the log) and after it.
+    #[test]
+    fn a_job_put_and_deleted_before_the_applier_runs_never_reaches_fjall() {
+        let never = std::time::Duration::from_secs(3600);
+        let options = DiskOptions::default().apply_delay(never);
+        let dir = tempfile::tempdir().unwrap();
+        let store = DiskStore::open(dir.path(), options.clone()).unwrap();
+        let put = |id| Change::Put(job(id, "t", DurableState::Ready));
+        store.commit(&[put(1)]).unwrap();
+        store.commit(&[put(2)]).unwrap();
+        store.commit(&[Change::Delete { id: 2 }]).unwrap();
+        assert_eq!(
+            store.apply_stats(),
+            crate::ApplyStats::default(),
+            "nothing applied yet"
+        );
+        assert_eq!(store.applied_seq(), 0);
+        // A crash now: fjall has none of the three commits; the log replays them.
+        let crashed = tempfile::tempdir().unwrap();
+        copy_dir(dir.path(), crashed.path());
+        {
+            let reopened = DiskStore::open(crashed.path(), options.clone()).unwrap();
+            assert_eq!(resident_ids(&reopened), vec![1]);
+            assert_eq!(reopened.get(2).unwrap(), None);
+            assert_eq!(reopened.recover(0).unwrap().next_id, 3);
+        }
+        // A read waits for the applier: one batch for the three commits.
+        assert_eq!(store.get(1).unwrap().map(|r| r.id), Some(1));
+        let stats = store.apply_stats();
+        // Put 1: `resident`, `jobs`, `next_id`, `wal_seq`; put 2: the same four; delete 2:
+        // two removals and `wal_seq`. Written: put 1's four, `next_id` and `wal_seq` last.
+        assert_eq!((stats.batches, stats.commits), (1, 3), "{stats:?}");
+        assert_eq!(stats.writes, 4 + 4 + 3, "{stats:?}");
+        assert_eq!(
+            stats.written, 4,
+            "job 2's keys (its put and its removals) reached fjall: {stats:?}"
+        );
+        // fjall holds job 1 and nothing of job 2, before any replay.
+        assert_eq!(store.fjall_job_ids(), vec![1]);
+        // A crash after the merged write (the log still holds the three commits: fjall has
+        // not been synced past them) and a clean reopen both find job 1 alone.
+        let crashed = tempfile::tempdir().unwrap();
+        copy_dir(dir.path(), crashed.path());
+        {
+            let reopened = DiskStore::open(crashed.path(), options.clone()).unwrap();
+            assert_eq!(resident_ids(&reopened), vec![1]);
+            assert_eq!(reopened.recover(0).unwrap().next_id, 3);
+        }
+        drop(store);
+        let store = DiskStore::open(dir.path(), options).unwrap();
+        assert_eq!(resident_ids(&store), vec![1]);
+        assert_eq!(store.get(2).unwrap(), None);
+    }
+
+    /// Without a delay the applier writes each commit on its own (ADR 0018's applier): the
+    /// put and the delete of job 2 both reach fjall.
+    #[test]
+    fn without_a_delay_each_commit_is_its_own_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = DiskOptions::default().apply_delay(std::time::Duration::ZERO);
+        let store = DiskStore::open(dir.path(), options).unwrap();
+        let put = |id| Change::Put(job(id, "t", DurableState::Ready));
+        for b in [vec![put(1)], vec![put(2)], vec![Change::Delete { id: 2 }]] {
+            store.commit(&b).unwrap();
+            // Waits for the applier (so it never finds two commits queued).
+            assert!(store.get(1).unwrap().is_some());
+        }
+        let stats = store.apply_stats();
+        assert_eq!((stats.batches, stats.commits), (3, 3), "{stats:?}");
+        assert_eq!(stats.written, stats.writes, "{stats:?}");
+    }
+
     /// Replaying a record fjall already holds changes nothing, for every change kind: each
     /// batch is planned against the tables' current state.
     #[test]
