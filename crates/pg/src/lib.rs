@@ -57,10 +57,12 @@ use tickwheel_store::{validate, Recovered, Store, StoreError};
 
 mod lock;
 mod node;
+mod note;
 mod schema;
 
 pub use lock::ActiveLock;
 pub use node::{Claimed, Claims, Lost, Node, TubeCounts, NODE_CONNECTIONS, NODE_ID_BLOCK};
+pub use note::parse_ready;
 pub use schema::{migrate, SchemaName, SCHEMA_VERSION};
 
 /// How to reach the database.
@@ -366,23 +368,19 @@ impl Sql {
     }
 }
 
-/// The most ids one notification carries (a NOTIFY payload must stay below 8000 bytes; an
-/// id is at most 19 digits and a comma).
-const IDS_PER_NOTE: usize = 300;
-
-/// The simple-query text that announces `ids` on `channel` (a checked identifier) in a
-/// transaction of its own that does not wait for its WAL flush (a lost announcement after a
-/// database crash is only a missed wake-up), one notification per [`IDS_PER_NOTE`] ids;
-/// `None` for no ids.
-fn announcement<'a>(channel: &str, ids: impl Iterator<Item = &'a i64>) -> Option<String> {
-    let ids: Vec<String> = ids.map(i64::to_string).collect();
-    if ids.is_empty() {
+/// The simple-query text that announces `jobs` (`(id, Some(due))` for a delayed job, due on
+/// the database clock: [`note`]) on `channel` (a checked identifier) in a transaction of its
+/// own that does not wait for its WAL flush (a lost announcement after a database crash is
+/// only a missed wake-up), one notification per [`note::MAX_PAYLOAD`] bytes; `None` for no
+/// jobs.
+fn announcement(channel: &str, jobs: impl IntoIterator<Item = (i64, Option<i64>)>) -> Option<String> {
+    let notes: Vec<String> = note::payloads(jobs)
+        .into_iter()
+        .map(|payload| format!("NOTIFY {channel}, '{payload}'"))
+        .collect();
+    if notes.is_empty() {
         return None;
     }
-    let notes: Vec<String> = ids
-        .chunks(IDS_PER_NOTE)
-        .map(|chunk| format!("NOTIFY {channel}, '{}'", chunk.join(",")))
-        .collect();
     Some(format!(
         "BEGIN; SET LOCAL synchronous_commit = off; {}; COMMIT",
         notes.join("; ")
@@ -742,11 +740,15 @@ impl PgStore {
                 &self.epoch,
             ],
         )?;
+        // Shared mode: `d` is (database clock − `sent`); every delayed due time went in as
+        // `until + d`.
+        let d: i64 = if self.sql.announce.is_some() {
+            row.get(1)
+        } else {
+            0
+        };
         if self.sql.announce.is_some() {
-            // Shared mode: `d` is (database clock − `sent`); every delayed due time went in as
-            // `until + d`.
             let back = (self.node_clock)();
-            let d: i64 = row.get(1);
             self.offset.observe(big(sent).saturating_add(d), back);
             let delayed = up_until
                 .iter()
@@ -758,12 +760,19 @@ impl PgStore {
             self.note_retimed(delayed, d);
         }
         if let Some(channel) = &self.sql.announce {
-            let ready = up_id.iter().chain(
-                u_id.iter()
-                    .zip(&u_state)
-                    .filter(|(_, state)| **state == 0)
-                    .map(|(id, _)| id),
-            );
+            // Puts carry their due time on the database clock if delayed (`note`): the other
+            // nodes leave those to their owner until then without reading them first.
+            let ready = up_id
+                .iter()
+                .zip(&up_state)
+                .zip(&up_until)
+                .map(|((id, state), until)| (*id, (*state == 1).then(|| until.saturating_add(d))))
+                .chain(
+                    u_id.iter()
+                        .zip(&u_state)
+                        .filter(|(_, state)| **state == 0)
+                        .map(|(id, _)| (*id, None)),
+                );
             if let Some(sql) = announcement(channel, ready) {
                 // Committed already: a failure here loses only the wake-up (other nodes
                 // find the jobs when they resync, and the owner serves them meanwhile).
