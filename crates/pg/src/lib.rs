@@ -125,6 +125,9 @@ pub struct PgStore {
     /// The commit connection and its prepared commit statement.
     commit: Mutex<Option<(Client, Statement)>>,
     read: Mutex<Option<Client>>,
+    /// Shared mode: the connection [`PgStore::get_free`] runs on, with its statement prepared
+    /// (every node reads announced jobs often: parsed and planned once per connection).
+    free: Mutex<Option<(Client, Statement)>>,
     /// False from a commit that failed on a broken connection until one succeeds again.
     reachable: AtomicBool,
     /// The node's clock in Unix ms (shared mode: due times are moved from it onto the
@@ -373,7 +376,10 @@ impl Sql {
 /// own that does not wait for its WAL flush (a lost announcement after a database crash is
 /// only a missed wake-up), one notification per [`note::MAX_PAYLOAD`] bytes; `None` for no
 /// jobs.
-fn announcement(channel: &str, jobs: impl IntoIterator<Item = (i64, Option<i64>)>) -> Option<String> {
+fn announcement(
+    channel: &str,
+    jobs: impl IntoIterator<Item = (i64, Option<i64>)>,
+) -> Option<String> {
     let notes: Vec<String> = note::payloads(jobs)
         .into_iter()
         .map(|payload| format!("NOTIFY {channel}, '{payload}'"))
@@ -459,6 +465,7 @@ impl PgStore {
             options: options.clone(),
             commit: Mutex::new(None),
             read: Mutex::new(None),
+            free: Mutex::new(None),
             reachable: AtomicBool::new(true),
             node_clock: Arc::new(system_ms),
             epoch: None,
@@ -860,14 +867,45 @@ impl PgStore {
     ///
     /// Database errors; [`StoreError::Corrupt`] for a row that does not decode.
     pub fn get_free(&self, ids: &[JobId]) -> Result<Vec<JobRecord>, StoreError> {
+        let ids: Vec<i64> = ids.iter().map(|id| big(*id)).collect();
+        let mut last = None;
+        for _ in 0..2 {
+            let mut guard = self.free.lock().unwrap_or_else(|p| p.into_inner());
+            if guard.as_ref().is_none_or(|(c, _)| c.is_closed()) {
+                *guard = None;
+                match self.free_connection() {
+                    Ok(c) => *guard = Some(c),
+                    Err(e) => {
+                        last = Some(e);
+                        continue;
+                    }
+                }
+            }
+            let (client, statement) = guard.as_mut().expect("filled above");
+            match client.query(&*statement, &[&ids]) {
+                Ok(rows) => return rows.iter().map(|r| self.decode(r)).collect(),
+                Err(e) if client.is_closed() || is_connection_error(&e) => {
+                    *guard = None;
+                    last = Some(e);
+                }
+                Err(e) => return Err(self.db_error(e)),
+            }
+        }
+        Err(self.db_error(last.expect("the loop ran")))
+    }
+
+    /// A new connection for [`PgStore::get_free`] with its statement prepared, on a generic
+    /// plan (a primary-key lookup whatever the ids; a custom plan would be planned again on
+    /// every call: ADR 0008, session 11).
+    fn free_connection(&self) -> Result<(Client, Statement), postgres::Error> {
         let s = self.options.schema.as_str();
-        let sql = format!(
+        let mut client = Client::connect(&self.options.url, NoTls)?;
+        client.batch_execute("SET plan_cache_mode = force_generic_plan")?;
+        let statement = client.prepare(&format!(
             "SELECT {COLUMNS} FROM {s}.jobs WHERE id = ANY($1::bigint[])
                AND NOT (state = 3 AND lease_until_ms > {s}.now_ms()) ORDER BY id"
-        );
-        let ids: Vec<i64> = ids.iter().map(|id| big(*id)).collect();
-        let rows = self.read_with(|c| c.query(&sql, &[&ids]))?;
-        rows.iter().map(|r| self.decode(r)).collect()
+        ))?;
+        Ok((client, statement))
     }
 
     /// The ids of every job no client holds under a live lease, in id order: what a node

@@ -157,9 +157,15 @@ struct Conn {
 }
 
 impl Conn {
+    /// Statements run on generic plans: every node statement looks rows up by primary key (or
+    /// a partial index) whatever its parameters, and a custom plan, PostgreSQL's choice for
+    /// them, is planned again on every call (ADR 0008, session 11: 20 % of the database's CPU
+    /// per due job).
     fn connect(url: &str) -> Result<Conn, postgres::Error> {
+        let mut client = Client::connect(url, NoTls)?;
+        client.batch_execute("SET plan_cache_mode = force_generic_plan")?;
         Ok(Conn {
-            client: Client::connect(url, NoTls)?,
+            client,
             prepared: std::collections::HashMap::new(),
         })
     }

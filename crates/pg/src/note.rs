@@ -71,7 +71,10 @@ mod tests {
 
     #[test]
     fn ids_alone_parse_as_before() {
-        assert_eq!(parse_ready("1,2,30"), vec![(1, None), (2, None), (30, None)]);
+        assert_eq!(
+            parse_ready("1,2,30"),
+            vec![(1, None), (2, None), (30, None)]
+        );
         assert_eq!(parse_ready(""), vec![]);
     }
 
