@@ -238,8 +238,13 @@ impl Drop for PgStore {
             .get_mut()
             .unwrap_or_else(|p| p.into_inner())
             .take();
-        if commit.is_some() || read.is_some() {
-            drop_off_runtime((commit, read));
+        let free = self
+            .free
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if commit.is_some() || read.is_some() || free.is_some() {
+            drop_off_runtime((commit, read, free));
         }
     }
 }
