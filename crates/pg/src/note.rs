@@ -129,7 +129,7 @@ mod tests {
         let want: Vec<(JobId, Option<u64>)> = jobs
             .iter()
             .map(|&(id, due)| {
-                let u = |v: i64| u64::try_from(v).unwrap();
+                let u = |v: i64| u64::try_from(v).expect("non-negative");
                 (u(id), due.map(u))
             })
             .collect();
