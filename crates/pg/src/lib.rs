@@ -900,12 +900,12 @@ impl PgStore {
     }
 
     /// A new connection for [`PgStore::get_free`] with its statement prepared, on a generic
-    /// plan (a primary-key lookup whatever the ids; a custom plan would be planned again on
-    /// every call: ADR 0008, session 11).
+    /// plan ([`node::GENERIC_PLANS`]: a primary-key lookup whatever the ids; a custom plan
+    /// would be planned again on every call: ADR 0008, session 11).
     fn free_connection(&self) -> Result<(Client, Statement), postgres::Error> {
         let s = self.options.schema.as_str();
         let mut client = Client::connect(&self.options.url, NoTls)?;
-        client.batch_execute("SET plan_cache_mode = force_generic_plan")?;
+        client.batch_execute(node::GENERIC_PLANS)?;
         let statement = client.prepare(&format!(
             "SELECT {COLUMNS} FROM {s}.jobs WHERE id = ANY($1::bigint[])
                AND NOT (state = 3 AND lease_until_ms > {s}.now_ms()) ORDER BY id"

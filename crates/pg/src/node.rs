@@ -41,6 +41,21 @@ pub const NODE_ID_BLOCK: u64 = 1 << 36;
 /// an id is at most 19 digits and a comma).
 const IDS_PER_NOTE: i64 = 300;
 
+/// The session settings of the connections that run a node's statements (and
+/// [`PgStore::get_free`](crate::PgStore::get_free)): every one of them looks its rows up by
+/// primary key or a partial index whatever its parameters, so each is planned once per
+/// connection (a generic plan) instead of on every call (PostgreSQL's custom plans, its
+/// choice for them: ADR 0008, session 11, about a fifth of the database's CPU per due job).
+/// A generic plan is made once, perhaps while the table is still empty (when a sequential
+/// scan and a hash join look cheapest) and kept until the table's statistics change; with
+/// those disabled the planner takes the index plans the statements are written for whatever
+/// the statistics (a statement with no index to use still scans, at a nominal cost). That
+/// nominal cost is far above `jit_above_cost`, so JIT is off as well: with it, such a
+/// statement (a scan of the 3-row `nodes` table) was compiled on every call, 0.4–0.5 s each.
+pub(crate) const GENERIC_PLANS: &str = "SET plan_cache_mode = force_generic_plan; \
+     SET enable_seqscan = off; SET enable_hashjoin = off; SET enable_mergejoin = off; \
+     SET jit = off";
+
 /// A job a node claimed: who holds it and until when, by the database clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Claimed {
@@ -157,13 +172,10 @@ struct Conn {
 }
 
 impl Conn {
-    /// Statements run on generic plans: every node statement looks rows up by primary key (or
-    /// a partial index) whatever its parameters, and a custom plan, PostgreSQL's choice for
-    /// them, is planned again on every call (ADR 0008, session 11: 20 % of the database's CPU
-    /// per due job).
+    /// Statements run on generic plans ([`GENERIC_PLANS`]).
     fn connect(url: &str) -> Result<Conn, postgres::Error> {
         let mut client = Client::connect(url, NoTls)?;
-        client.batch_execute("SET plan_cache_mode = force_generic_plan")?;
+        client.batch_execute(GENERIC_PLANS)?;
         Ok(Conn {
             client,
             prepared: std::collections::HashMap::new(),
