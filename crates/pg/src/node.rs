@@ -16,7 +16,8 @@
 //!   connection does not hold). A lapsed lease is no hold: the job is claimable again at once,
 //!   whether or not [`Node::expire`] has swept it back to ready yet.
 //! - **Other nodes hear of it.** Jobs that become ready for everyone (puts, releases, expiries,
-//!   kicks) are announced with `NOTIFY <schema>_ready` (payload: comma-separated ids): in the
+//!   kicks) are announced with `NOTIFY <schema>_ready` (payload: comma-separated ids, a delayed
+//!   put's followed by its due time: [`crate::parse_ready`]): in the
 //!   same transaction for this type's statements, right after the commit for the group
 //!   commit's puts ([`crate::PgStore::shared`]), so a committed change wakes reservers on every
 //!   listening node and a rolled-back one wakes nobody. A node killed between a group commit
