@@ -33,8 +33,10 @@ def cpu(pid):
 
 cmd = sys.argv[sys.argv.index('--') + 1:]
 env = dict(os.environ)
+# Settings given in TICKWHEEL_PG_SETTINGS are kept (added after these).
 env['TICKWHEEL_PG_SETTINGS'] = ('-c shared_preload_libraries=pg_stat_statements '
-                                '-c pg_stat_statements.track=all')
+                                '-c pg_stat_statements.track=all '
+                                + os.environ.get('TICKWHEEL_PG_SETTINGS', '')).strip()
 p = subprocess.Popen(cmd, env=env)
 host = port = None
 last = None

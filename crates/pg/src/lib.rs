@@ -57,10 +57,12 @@ use tickwheel_store::{validate, Recovered, Store, StoreError};
 
 mod lock;
 mod node;
+mod note;
 mod schema;
 
 pub use lock::ActiveLock;
 pub use node::{Claimed, Claims, Lost, Node, TubeCounts, NODE_CONNECTIONS, NODE_ID_BLOCK};
+pub use note::parse_ready;
 pub use schema::{migrate, SchemaName, SCHEMA_VERSION};
 
 /// How to reach the database.
@@ -123,6 +125,9 @@ pub struct PgStore {
     /// The commit connection and its prepared commit statement.
     commit: Mutex<Option<(Client, Statement)>>,
     read: Mutex<Option<Client>>,
+    /// Shared mode: the connection [`PgStore::get_free`] runs on, with its statement prepared
+    /// (every node reads announced jobs often: parsed and planned once per connection).
+    free: Mutex<Option<(Client, Statement)>>,
     /// False from a commit that failed on a broken connection until one succeeds again.
     reachable: AtomicBool,
     /// The node's clock in Unix ms (shared mode: due times are moved from it onto the
@@ -233,8 +238,13 @@ impl Drop for PgStore {
             .get_mut()
             .unwrap_or_else(|p| p.into_inner())
             .take();
-        if commit.is_some() || read.is_some() {
-            drop_off_runtime((commit, read));
+        let free = self
+            .free
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if commit.is_some() || read.is_some() || free.is_some() {
+            drop_off_runtime((commit, read, free));
         }
     }
 }
@@ -366,23 +376,22 @@ impl Sql {
     }
 }
 
-/// The most ids one notification carries (a NOTIFY payload must stay below 8000 bytes; an
-/// id is at most 19 digits and a comma).
-const IDS_PER_NOTE: usize = 300;
-
-/// The simple-query text that announces `ids` on `channel` (a checked identifier) in a
-/// transaction of its own that does not wait for its WAL flush (a lost announcement after a
-/// database crash is only a missed wake-up), one notification per [`IDS_PER_NOTE`] ids;
-/// `None` for no ids.
-fn announcement<'a>(channel: &str, ids: impl Iterator<Item = &'a i64>) -> Option<String> {
-    let ids: Vec<String> = ids.map(i64::to_string).collect();
-    if ids.is_empty() {
+/// The simple-query text that announces `jobs` (`(id, Some(due))` for a delayed job, due on
+/// the database clock: [`note`]) on `channel` (a checked identifier) in a transaction of its
+/// own that does not wait for its WAL flush (a lost announcement after a database crash is
+/// only a missed wake-up), one notification per [`note::MAX_PAYLOAD`] bytes; `None` for no
+/// jobs.
+fn announcement(
+    channel: &str,
+    jobs: impl IntoIterator<Item = (i64, Option<i64>)>,
+) -> Option<String> {
+    let notes: Vec<String> = note::payloads(jobs)
+        .into_iter()
+        .map(|payload| format!("NOTIFY {channel}, '{payload}'"))
+        .collect();
+    if notes.is_empty() {
         return None;
     }
-    let notes: Vec<String> = ids
-        .chunks(IDS_PER_NOTE)
-        .map(|chunk| format!("NOTIFY {channel}, '{}'", chunk.join(",")))
-        .collect();
     Some(format!(
         "BEGIN; SET LOCAL synchronous_commit = off; {}; COMMIT",
         notes.join("; ")
@@ -461,6 +470,7 @@ impl PgStore {
             options: options.clone(),
             commit: Mutex::new(None),
             read: Mutex::new(None),
+            free: Mutex::new(None),
             reachable: AtomicBool::new(true),
             node_clock: Arc::new(system_ms),
             epoch: None,
@@ -742,11 +752,15 @@ impl PgStore {
                 &self.epoch,
             ],
         )?;
+        // Shared mode: `d` is (database clock − `sent`); every delayed due time went in as
+        // `until + d`.
+        let d: i64 = if self.sql.announce.is_some() {
+            row.get(1)
+        } else {
+            0
+        };
         if self.sql.announce.is_some() {
-            // Shared mode: `d` is (database clock − `sent`); every delayed due time went in as
-            // `until + d`.
             let back = (self.node_clock)();
-            let d: i64 = row.get(1);
             self.offset.observe(big(sent).saturating_add(d), back);
             let delayed = up_until
                 .iter()
@@ -758,12 +772,19 @@ impl PgStore {
             self.note_retimed(delayed, d);
         }
         if let Some(channel) = &self.sql.announce {
-            let ready = up_id.iter().chain(
-                u_id.iter()
-                    .zip(&u_state)
-                    .filter(|(_, state)| **state == 0)
-                    .map(|(id, _)| id),
-            );
+            // Puts carry their due time on the database clock if delayed (`note`): the other
+            // nodes leave those to their owner until then without reading them first.
+            let ready = up_id
+                .iter()
+                .zip(&up_state)
+                .zip(&up_until)
+                .map(|((id, state), until)| (*id, (*state == 1).then(|| until.saturating_add(d))))
+                .chain(
+                    u_id.iter()
+                        .zip(&u_state)
+                        .filter(|(_, state)| **state == 0)
+                        .map(|(id, _)| (*id, None)),
+                );
             if let Some(sql) = announcement(channel, ready) {
                 // Committed already: a failure here loses only the wake-up (other nodes
                 // find the jobs when they resync, and the owner serves them meanwhile).
@@ -851,14 +872,45 @@ impl PgStore {
     ///
     /// Database errors; [`StoreError::Corrupt`] for a row that does not decode.
     pub fn get_free(&self, ids: &[JobId]) -> Result<Vec<JobRecord>, StoreError> {
+        let ids: Vec<i64> = ids.iter().map(|id| big(*id)).collect();
+        let mut last = None;
+        for _ in 0..2 {
+            let mut guard = self.free.lock().unwrap_or_else(|p| p.into_inner());
+            if guard.as_ref().is_none_or(|(c, _)| c.is_closed()) {
+                *guard = None;
+                match self.free_connection() {
+                    Ok(c) => *guard = Some(c),
+                    Err(e) => {
+                        last = Some(e);
+                        continue;
+                    }
+                }
+            }
+            let (client, statement) = guard.as_mut().expect("filled above");
+            match client.query(&*statement, &[&ids]) {
+                Ok(rows) => return rows.iter().map(|r| self.decode(r)).collect(),
+                Err(e) if client.is_closed() || is_connection_error(&e) => {
+                    *guard = None;
+                    last = Some(e);
+                }
+                Err(e) => return Err(self.db_error(e)),
+            }
+        }
+        Err(self.db_error(last.expect("the loop ran")))
+    }
+
+    /// A new connection for [`PgStore::get_free`] with its statement prepared, on a generic
+    /// plan ([`node::GENERIC_PLANS`]: a primary-key lookup whatever the ids; a custom plan
+    /// would be planned again on every call: ADR 0008, session 11).
+    fn free_connection(&self) -> Result<(Client, Statement), postgres::Error> {
         let s = self.options.schema.as_str();
-        let sql = format!(
+        let mut client = Client::connect(&self.options.url, NoTls)?;
+        client.batch_execute(node::GENERIC_PLANS)?;
+        let statement = client.prepare(&format!(
             "SELECT {COLUMNS} FROM {s}.jobs WHERE id = ANY($1::bigint[])
                AND NOT (state = 3 AND lease_until_ms > {s}.now_ms()) ORDER BY id"
-        );
-        let ids: Vec<i64> = ids.iter().map(|id| big(*id)).collect();
-        let rows = self.read_with(|c| c.query(&sql, &[&ids]))?;
-        rows.iter().map(|r| self.decode(r)).collect()
+        ))?;
+        Ok((client, statement))
     }
 
     /// The ids of every job no client holds under a live lease, in id order: what a node

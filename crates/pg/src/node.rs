@@ -16,7 +16,8 @@
 //!   connection does not hold). A lapsed lease is no hold: the job is claimable again at once,
 //!   whether or not [`Node::expire`] has swept it back to ready yet.
 //! - **Other nodes hear of it.** Jobs that become ready for everyone (puts, releases, expiries,
-//!   kicks) are announced with `NOTIFY <schema>_ready` (payload: comma-separated ids): in the
+//!   kicks) are announced with `NOTIFY <schema>_ready` (payload: comma-separated ids, a delayed
+//!   put's followed by its due time: [`crate::parse_ready`]): in the
 //!   same transaction for this type's statements, right after the commit for the group
 //!   commit's puts ([`crate::PgStore::shared`]), so a committed change wakes reservers on every
 //!   listening node and a rolled-back one wakes nobody. A node killed between a group commit
@@ -40,6 +41,21 @@ pub const NODE_ID_BLOCK: u64 = 1 << 36;
 /// The most ids announced in one notification (a NOTIFY payload must stay below 8000 bytes;
 /// an id is at most 19 digits and a comma).
 const IDS_PER_NOTE: i64 = 300;
+
+/// The session settings of the connections that run a node's statements (and
+/// [`PgStore::get_free`](crate::PgStore::get_free)): every one of them looks its rows up by
+/// primary key or a partial index whatever its parameters, so each is planned once per
+/// connection (a generic plan) instead of on every call (PostgreSQL's custom plans, its
+/// choice for them: ADR 0008, session 11, about a fifth of the database's CPU per due job).
+/// A generic plan is made once, perhaps while the table is still empty (when a sequential
+/// scan and a hash join look cheapest) and kept until the table's statistics change; with
+/// those disabled the planner takes the index plans the statements are written for whatever
+/// the statistics (a statement with no index to use still scans, at a nominal cost). That
+/// nominal cost is far above `jit_above_cost`, so JIT is off as well: with it, such a
+/// statement (a scan of the 3-row `nodes` table) was compiled on every call, 0.4–0.5 s each.
+pub(crate) const GENERIC_PLANS: &str = "SET plan_cache_mode = force_generic_plan; \
+     SET enable_seqscan = off; SET enable_hashjoin = off; SET enable_mergejoin = off; \
+     SET jit = off";
 
 /// A job a node claimed: who holds it and until when, by the database clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,9 +173,12 @@ struct Conn {
 }
 
 impl Conn {
+    /// Statements run on generic plans ([`GENERIC_PLANS`]).
     fn connect(url: &str) -> Result<Conn, postgres::Error> {
+        let mut client = Client::connect(url, NoTls)?;
+        client.batch_execute(GENERIC_PLANS)?;
         Ok(Conn {
-            client: Client::connect(url, NoTls)?,
+            client,
             prepared: std::collections::HashMap::new(),
         })
     }

@@ -50,11 +50,13 @@ fn heard(listener: &mut Client, want: u64, wait: Duration) -> Vec<u64> {
         match notes.timeout_iter(left).next() {
             Ok(Some(note)) => {
                 assert_eq!(note.channel(), "tickwheel_ready");
-                ids.extend(
+                let jobs = tickwheel_pg::parse_ready(note.payload());
+                assert!(
+                    !jobs.is_empty(),
+                    "a payload without ids: {}",
                     note.payload()
-                        .split(',')
-                        .map(|s| s.parse::<u64>().expect("id")),
                 );
+                ids.extend(jobs.into_iter().map(|(id, _)| id));
             }
             Ok(None) => break,
             Err(e) => panic!("listener: {e}"),
@@ -666,4 +668,79 @@ fn a_shared_commit_tells_the_node_when_the_database_holds_its_delayed_jobs_due()
             );
         }
     }
+}
+
+/// A shared commit announces a delayed put with its due time on the database clock (what the
+/// row holds), so the other nodes need not read the row only to learn it; a ready put comes
+/// without one. An old node's parser (every token an id, the rest skipped) still sees both ids.
+#[test]
+fn a_delayed_put_is_announced_with_its_due_time_on_the_database_clock() {
+    let Some((cluster, options)) = setup() else {
+        return;
+    };
+    let node = Node::join(&options).expect("join");
+    // The node's clock 10 min behind the database's: the announced due time is the database's.
+    let clock = || {
+        let sys = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis() as u64;
+        sys - 600_000
+    };
+    let store = PgStore::open(&options)
+        .expect("open")
+        .shared()
+        .with_node_clock(clock);
+    let mut listener = Client::connect(&cluster.url(), NoTls).expect("connect");
+    listener
+        .batch_execute("LISTEN tickwheel_ready")
+        .expect("listen");
+    let (delayed, ready) = (node.ids().start, node.ids().start + 1);
+    let until = clock() + 30_000;
+    put(
+        &store,
+        vec![
+            job(delayed, "t", DurableState::Delayed { until }, 60_000),
+            job(ready, "t", DurableState::Ready, 60_000),
+        ],
+    );
+    let mut announced = Vec::new();
+    let mut payloads = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut notes = listener.notifications();
+    while announced.len() < 2 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match notes.timeout_iter(left).next() {
+            Ok(Some(note)) => {
+                payloads.push(note.payload().to_owned());
+                announced.extend(tickwheel_pg::parse_ready(note.payload()));
+            }
+            Ok(None) => break,
+            Err(e) => panic!("listener: {e}"),
+        }
+    }
+    drop(notes);
+    let mut db = Client::connect(&options.url, NoTls).expect("connect");
+    let row_until: i64 = db
+        .query_one(
+            "SELECT until_ms FROM tickwheel.jobs WHERE id = $1",
+            &[&(delayed as i64)],
+        )
+        .expect("read")
+        .get(0);
+    assert!(row_until as u64 >= until + 590_000, "on the database clock");
+    assert_eq!(
+        announced,
+        vec![(delayed, Some(row_until as u64)), (ready, None)],
+        "{payloads:?}"
+    );
+    let old: Vec<u64> = payloads
+        .iter()
+        .flat_map(|p| p.split(',').filter_map(|t| t.parse::<u64>().ok()))
+        .collect();
+    assert_eq!(
+        old,
+        vec![delayed, ready],
+        "an old node's parse: {payloads:?}"
+    );
 }

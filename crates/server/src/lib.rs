@@ -365,6 +365,14 @@ impl Handle {
     pub fn claims_lost_not_due(&self) -> Option<u64> {
         self.shared.active.get().map(|a| a.not_due_losses())
     }
+
+    /// Active-active on PostgreSQL: how many rows this node has read from the database to adopt
+    /// them (other nodes' announced and deferred jobs, orphans after a resync). `None` in other
+    /// modes.
+    #[must_use]
+    pub fn rows_read_to_adopt(&self) -> Option<u64> {
+        self.shared.active.get().map(|a| a.rows_read())
+    }
 }
 
 /// The engine a server starts from, and how many jobs it recovered: the stored jobs due within

@@ -410,3 +410,43 @@ async fn a_node_whose_clock_is_ahead_loses_no_claim_as_not_due() {
     drop(c);
     ahead.shutdown().await;
 }
+
+/// A node that leaves another node's delayed job to its owner reads it once, when it is due:
+/// the announcement carries the due time (ADR 0008 session 11). Before, the node read the row
+/// when it was announced (to learn the due time) and again when it was due. The owner serves
+/// no reserver, so the other node's waiting reserve takes the job after the affinity time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_nodes_delayed_job_is_read_once_when_due_not_when_announced() {
+    let Some(cluster) = cluster_for_test() else {
+        return;
+    };
+    let owner = Running::open(&config(&cluster)).await;
+    let helper = Running::open(&config(&cluster)).await;
+    let mut p = owner.client().await;
+    let mut c = helper.client().await;
+    let waiting = tokio::spawn(async move {
+        let got = c.reserve(30).await;
+        (c, got)
+    });
+    // The reserve waits on the helper (its claimer reads deferred jobs at their time then).
+    helper.client().await.until_waiting(1).await;
+    let read_before = helper.handle.rows_read_to_adopt().expect("active-active");
+    let a = p.put(0, 3, 60, "a").await;
+    // Announced (the helper hears within milliseconds) but not due for 3 s.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert_eq!(
+        helper.handle.rows_read_to_adopt(),
+        Some(read_before),
+        "the helper read the delayed job before it was due"
+    );
+    let (c, got) = waiting.await.expect("reserve");
+    assert_eq!(got, (a, "a".to_owned()));
+    assert_eq!(
+        helper.handle.rows_read_to_adopt(),
+        Some(read_before + 1),
+        "read once, when due"
+    );
+    drop((c, p));
+    helper.shutdown().await;
+    owner.shutdown().await;
+}

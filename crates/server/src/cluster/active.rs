@@ -44,6 +44,8 @@ pub(crate) struct Active {
     woken: std::sync::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
     /// Claims lost as not due yet by the database clock ([`Active::not_due_losses`]).
     not_due: std::sync::atomic::AtomicU64,
+    /// Rows read to adopt them ([`Active::rows_read`]).
+    rows_read: std::sync::atomic::AtomicU64,
 }
 
 impl Active {
@@ -63,6 +65,7 @@ impl Active {
             wake,
             woken: std::sync::Mutex::new(Some(woken)),
             not_due: std::sync::atomic::AtomicU64::new(0),
+            rows_read: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -279,6 +282,12 @@ impl Active {
     pub(crate) fn not_due_losses(&self) -> u64 {
         self.not_due.load(std::sync::atomic::Ordering::Relaxed)
     }
+
+    /// Rows this node read from the database to adopt them (announced, deferred, orphaned
+    /// jobs: [`read_and_adopt`]).
+    pub(crate) fn rows_read(&self) -> u64 {
+        self.rows_read.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// Adopts records read from the database, replacing what the engine had for them unless one
@@ -464,6 +473,10 @@ pub(crate) fn read_and_adopt(
     for chunk in ids.chunks(chunk) {
         match store.get_free(chunk) {
             Ok(records) => {
+                active.rows_read.fetch_add(
+                    u64::try_from(records.len()).unwrap_or(u64::MAX),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
                 adopt_with_affinity(
                     shared,
                     active,

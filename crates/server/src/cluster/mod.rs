@@ -22,7 +22,7 @@
 
 pub(crate) mod active;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -489,6 +489,8 @@ fn watch(
         let mut puts: Vec<JobId> = Vec::new();
         let mut deletes: Vec<JobId> = Vec::new();
         let mut ready: Vec<JobId> = Vec::new();
+        // Due times (database clock) announced with delayed jobs (`tickwheel_pg::parse_ready`).
+        let mut dues: HashMap<JobId, u64> = HashMap::new();
         if let Some(client) = listener.as_mut() {
             let mut notes = client.notifications();
             // (Other nodes' deferred jobs are the claimer thread's: claim_on_demand.)
@@ -507,11 +509,12 @@ fn watch(
                 match it.next() {
                     Ok(Some(note)) => {
                         if note.channel() == ready_channel {
-                            ready.extend(
-                                note.payload()
-                                    .split(',')
-                                    .filter_map(|id| id.parse::<JobId>().ok()),
-                            );
+                            for (id, due) in tickwheel_pg::parse_ready(note.payload()) {
+                                ready.push(id);
+                                if let Some(due) = due {
+                                    dues.insert(id, due);
+                                }
+                            }
                             if ready.len() >= 3000 {
                                 break;
                             }
@@ -559,14 +562,21 @@ fn watch(
             // This node's own jobs now; every other node's after the affinity time, by the
             // claimer thread (claim_on_demand: at that time if reservers wait here, else at
             // its next lazy pass; by then their owners have mostly taken and deleted them, so
-            // the read finds few rows and this node's cache does not fill with them).
+            // the read finds few rows and this node's cache does not fill with them). A
+            // delayed job announced with its due time is looked at first the affinity time
+            // after it is due (on the node's clock, no earlier), not read now only to learn
+            // that time; the read then (`get_free`) still decides what is adopted.
             let mut later = 0;
             {
                 let mut deferred = active.deferred();
+                let offset = store.clock_offset();
                 ready.retain(|id| {
                     let mine = active::owns(active, *id);
                     if !mine {
-                        deferred.push(now + affinity, *id);
+                        let from = dues
+                            .get(id)
+                            .map_or(now, |due| offset.to_node_clock(*due).max(now));
+                        deferred.push(from.saturating_add(affinity), *id);
                         later += 1;
                     }
                     mine
