@@ -80,10 +80,6 @@ pub struct Config {
     /// and writes resume by themselves once space is freed. 0 turns the guard off. See
     /// [`DiskOptions::min_free_bytes`].
     pub min_free_bytes: u64,
-    /// With a data directory and [`Durability::Sync`]: how long settled commits may wait
-    /// before the store's applier writes them to its tables, as one batch (a job put and
-    /// deleted within it is never written there). See [`DiskOptions::apply_delay`].
-    pub apply_delay: std::time::Duration,
     /// Store jobs in PostgreSQL instead (`--postgres URL`; `data_dir`, `durability` and
     /// `min_free_bytes` are then unused): the node serves while it holds the schema's
     /// active-node lock and waits for it as a standby otherwise. See
@@ -100,7 +96,6 @@ impl Default for Config {
             window: Some(DEFAULT_WINDOW_MS),
             clock: Arc::new(SystemClock),
             min_free_bytes: tickwheel_store::DEFAULT_MIN_FREE_BYTES,
-            apply_delay: tickwheel_store::DEFAULT_APPLY_DELAY,
             postgres: None,
         }
     }
@@ -178,8 +173,7 @@ impl Server {
                 let store = DiskStore::open(
                     dir,
                     DiskOptions::with_durability(config.durability)
-                        .min_free_bytes(config.min_free_bytes)
-                        .apply_delay(config.apply_delay),
+                        .min_free_bytes(config.min_free_bytes),
                 )
                 .with_context(|| format!("cannot open data directory {}", dir.display()))?;
                 Arc::new(store)

@@ -58,12 +58,6 @@ struct Args {
     /// the store's own flushes and compactions; 0 turns the guard off.
     #[arg(long, value_name = "BYTES", default_value_t = tickwheel_store::DEFAULT_MIN_FREE_BYTES)]
     min_free_space: u64,
-    /// With -b and fsync before every ack: how long acknowledged writes may wait, already
-    /// durable in the write-ahead log, before they are applied to the store's tables as one
-    /// batch (a job put and deleted within that time is never written there). 0 applies each
-    /// commit at once.
-    #[arg(long, value_name = "MS", default_value_t = tickwheel_store::DEFAULT_APPLY_DELAY.as_millis() as u64)]
-    apply_delay_ms: u64,
     /// Store jobs in PostgreSQL at URL (e.g. postgres://app@db/jobs) instead of a data
     /// directory. The server creates and migrates its schema itself. Several nodes may point at
     /// one database: one serves, the others wait as standbys and take over when it dies.
@@ -175,7 +169,6 @@ fn main() -> anyhow::Result<()> {
         window: (args.window_secs > 0).then(|| args.window_secs.saturating_mul(1000)),
         clock: std::sync::Arc::new(SystemClock),
         min_free_bytes: args.min_free_space,
-        apply_delay: std::time::Duration::from_millis(args.apply_delay_ms),
         postgres,
     };
     let _ = args.binlog_size;

@@ -77,8 +77,7 @@ mod space;
 pub mod wal;
 
 pub use disk::{
-    ApplyStats, DiskOptions, DiskStore, DEFAULT_APPLY_DELAY, DEFAULT_LOG_SEGMENT_BYTES,
-    DEFAULT_MIN_FREE_BYTES, FORMAT_VERSION,
+    DiskOptions, DiskStore, DEFAULT_LOG_SEGMENT_BYTES, DEFAULT_MIN_FREE_BYTES, FORMAT_VERSION,
 };
 pub use error::StoreError;
 pub use fault::{Fault, FaultyStore};
@@ -126,10 +125,8 @@ pub trait Store: Send + Sync {
     /// As [`commit`](Store::commit), for a caller that calls
     /// [`after_commit`](Store::after_commit) right after it has acknowledged the batch (the
     /// group commit does): the store may leave work that durability does not need — a
-    /// [`DiskStore`] in [`Durability::Sync`] wakes its applier thread there when it is parked
-    /// with nothing queued or its queue crossed its threshold (it applies in bulk, ADR 0026) —
-    /// so that work is off the acknowledgement's path
-    /// (`docs/decisions/0022-ack-before-the-applier.md`).
+    /// [`DiskStore`] in [`Durability::Sync`] wakes its applier thread there — so that work is
+    /// off the acknowledgement's path (`docs/decisions/0022-ack-before-the-applier.md`).
     /// Nothing the store promises waits for `after_commit`: it only bounds how long that work
     /// waits. The default is `commit`.
     ///

@@ -15,12 +15,7 @@
 //! - after the applier fails, nobody waits for it forever and nothing more is applied;
 //! - with quiet pushes (ADR 0022: the applier is woken after the acknowledgement, not by the
 //!   push), no wait depends on that late wake-up: the model where it never comes still
-//!   finishes, every waiter waking the applier itself;
-//! - with the applier applying behind in bulk (ADR 0026: several queued jobs as one write,
-//!   after a delay or once a threshold is crossed), no wait depends on the delay either:
-//!   loom's timed waits never time out, so in these models the applier applies only when a
-//!   waiter (back-pressure, a reader, the recycling path, `close`) hurries it, or a crossed
-//!   threshold's wake-up comes.
+//!   finishes, every waiter waking the applier itself.
 
 use std::sync::Arc;
 
@@ -42,9 +37,7 @@ use std::{
     thread,
 };
 
-use std::time::Duration;
-
-use tickwheel_store::wal::apply::{Handoff, Job, Pace, Stopped};
+use tickwheel_store::wal::apply::{Handoff, Job, Stopped};
 use tickwheel_store::wal::recycle::{channel, persist_loop, Covered};
 
 mod loom_common;
@@ -66,19 +59,6 @@ impl Fjall {
             "applied out of order"
         );
         st.0.push(seq);
-    }
-
-    /// Several commits as one fjall batch (atomic: a reader sees all or none of them).
-    fn write_all(&self, seqs: &[u64]) {
-        let mut st = self.state.lock().expect("lock");
-        for &seq in seqs {
-            assert_eq!(
-                st.0.last().copied().unwrap_or(0) + 1,
-                seq,
-                "applied out of order"
-            );
-            st.0.push(seq);
-        }
     }
 
     fn persist(&self) -> Result<(), ()> {
@@ -118,35 +98,12 @@ enum Push {
     Quiet,
 }
 
-/// How the applier takes its jobs.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Apply {
-    /// `next`: one job at a time, as soon as it is queued (ADR 0018).
-    OneByOne,
-    /// `take`: every queued job as one write, only when hurried (the delay never passes
-    /// under loom) or once `threshold` is reached (ADR 0026); the queue holds two jobs.
-    Bulk { threshold: u64 },
-}
-
-/// A pace whose delay never passes within a model (and loom's timed waits never time out).
-const NEVER: Duration = Duration::from_secs(3600);
-
 /// `records` commits into two one-record segments, with the applier, the persist thread and
 /// a reader beside the commit path.
-fn settle_then_apply(records: u64, push: Push, apply: Apply) {
+fn settle_then_apply(records: u64, push: Push) {
     let fjall = Arc::new(Fjall::default());
     let covered = Arc::new(Covered::new(0));
-    let handoff = Arc::new(match apply {
-        Apply::OneByOne => Handoff::<u64, u64>::new(1, 0),
-        Apply::Bulk { threshold } => Handoff::with_pace(
-            2,
-            0,
-            Pace {
-                threshold,
-                delay: NEVER,
-            },
-        ),
-    });
+    let handoff = Arc::new(Handoff::<u64, u64>::new(1, 0));
     let settled = Arc::new(AtomicU64::new(0));
     let (tx, rx) = channel::<u64>();
     let stop = Arc::new(AtomicBool::new(false));
@@ -159,26 +116,12 @@ fn settle_then_apply(records: u64, push: Push, apply: Apply) {
     let applier = {
         let (fjall, handoff) = (fjall.clone(), handoff.clone());
         thread::spawn(move || {
-            if apply == Apply::OneByOne {
-                while let Some(job) = handoff.next() {
-                    fjall.write(job.batch);
-                    handoff.applied(job.seq, &job.keys);
-                    if let Some(upto) = job.then_persist {
-                        tx.send(upto)
-                            .expect("the persist thread waits for requests");
-                    }
-                }
-            } else {
-                // As `apply_thread`: one write for all, then the largest persist request.
-                while let Some(jobs) = handoff.take() {
-                    let seqs: Vec<u64> = jobs.iter().map(|j| j.batch).collect();
-                    fjall.write_all(&seqs);
-                    let last = jobs.last().expect("take returns jobs").seq;
-                    handoff.applied(last, jobs.iter().flat_map(|j| j.keys.iter()));
-                    if let Some(upto) = jobs.iter().filter_map(|j| j.then_persist).max() {
-                        tx.send(upto)
-                            .expect("the persist thread waits for requests");
-                    }
+            while let Some(job) = handoff.next() {
+                fjall.write(job.batch);
+                handoff.applied(job.seq, &job.keys);
+                if let Some(upto) = job.then_persist {
+                    tx.send(upto)
+                        .expect("the persist thread waits for requests");
                 }
             }
             tx
@@ -231,11 +174,6 @@ fn settle_then_apply(records: u64, push: Push, apply: Apply) {
         }
         .expect("the applier does not fail here");
         settled.store(seq, SeqCst);
-        if push == Push::Waking && seq == records && matches!(apply, Apply::Bulk { .. }) {
-            // The server's `after_commit` after the last group, and nothing more: what is
-            // queued stays queued until `close` hurries it (the delay never passes here).
-            handoff.wake();
-        }
     }
     reader.join().expect("reader");
     handoff.close();
@@ -252,35 +190,12 @@ fn settle_then_apply(records: u64, push: Push, apply: Apply) {
 
 #[test]
 fn settled_commits_are_seen_and_segments_recycled_only_once_fjall_holds_them() {
-    model(|| settle_then_apply(3, Push::Waking, Apply::OneByOne));
+    model(|| settle_then_apply(3, Push::Waking));
 }
 
 #[test]
 fn quiet_pushes_leave_no_waiter_waiting_for_a_late_wake_up() {
-    model(|| settle_then_apply(3, Push::Quiet, Apply::OneByOne));
-}
-
-/// Bulk application with no wake-up at all and a delay that never passes: every wait (the
-/// reader's drain, the recycling path's `wait_applied`, back-pressure on the two-job queue,
-/// `close`) must hurry the applier itself.
-#[test]
-fn a_deferred_bulk_applier_leaves_no_waiter_waiting_for_the_delay() {
-    model(|| {
-        settle_then_apply(
-            3,
-            Push::Quiet,
-            Apply::Bulk {
-                threshold: u64::MAX,
-            },
-        )
-    });
-}
-
-/// Bulk application woken when the queue crosses its threshold (two jobs) and by the
-/// pushes' wake-ups: the same properties.
-#[test]
-fn a_bulk_applier_woken_at_its_threshold_keeps_every_property() {
-    model(|| settle_then_apply(3, Push::Waking, Apply::Bulk { threshold: 2 }));
+    model(|| settle_then_apply(3, Push::Quiet));
 }
 
 /// The applier fails on its first job: the commit path's next push and a reader's wait return
@@ -311,42 +226,6 @@ fn a_failed_applier_stops_every_waiter() {
         // waits for room behind the second unless the failure came first; neither hangs.
         let _ = handoff.push(job(2, false), [2]);
         let _ = handoff.push(job(3, false), [3]);
-        assert_eq!(handoff.drain(), Err(Stopped));
-        reader.join().expect("reader");
-        applier.join().expect("applier");
-        assert_eq!(handoff.applied_seq(), 0);
-    });
-}
-
-/// As above with the bulk applier: it fails on its first write; nobody waits forever.
-#[test]
-fn a_failed_bulk_applier_stops_every_waiter() {
-    model(|| {
-        let pace = Pace {
-            threshold: u64::MAX,
-            delay: NEVER,
-        };
-        let handoff = Arc::new(Handoff::<u64, u64>::with_pace(2, 0, pace));
-        let applier = {
-            let handoff = handoff.clone();
-            thread::spawn(move || {
-                if let Some(jobs) = handoff.take() {
-                    assert_eq!(jobs.first().map(|j| j.seq), Some(1));
-                    handoff.fail();
-                }
-                assert!(handoff.take().is_none(), "work after a failure");
-            })
-        };
-        let reader = {
-            let handoff = handoff.clone();
-            thread::spawn(move || {
-                let r = handoff.wait_applied(1);
-                assert_eq!(r, Err(Stopped), "job 1 was never applied");
-            })
-        };
-        handoff.push_quiet(job(1, false), [1]).expect("first push");
-        let _ = handoff.push_quiet(job(2, false), [2]);
-        let _ = handoff.push_quiet(job(3, false), [3]);
         assert_eq!(handoff.drain(), Err(Stopped));
         reader.join().expect("reader");
         applier.join().expect("applier");

@@ -34,13 +34,6 @@
 //! plan from its overlay ([`crate::wal::apply`]) and reads of the tables wait for it; a failed
 //! fjall write there poisons the store, and the log replays the commit at the next open
 //! (`docs/decisions/0018-settle-on-the-log-apply-behind.md`).
-//!
-//! The applier applies behind in bulk (`docs/decisions/0026-apply-behind-in-bulk.md`): it
-//! lets settled commits queue for [`DiskOptions::apply_delay`] (or until 256 KiB are queued,
-//! or at once while anyone waits for it), then writes them all as one fjall batch: a commit
-//! is planned into table writes as data (`merge::Writes`), and `merge::merge` keeps each
-//! key's last write and drops the removals of keys no earlier fjall batch wrote, so a job put
-//! and deleted inside one such range never reaches fjall.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,7 +42,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-mod merge;
 mod migrate;
 mod ops;
 
@@ -120,12 +112,6 @@ pub struct DiskOptions {
     /// sync of fjall's journal instead. Default 1 MiB; at least 4 KiB. Only used when a
     /// segment is created: existing segments keep their size.
     pub log_segment_bytes: u64,
-    /// With [`Durability::Sync`], how long the applier may leave settled commits queued
-    /// before it writes them to fjall, as one batch (ADR 0026): it applies sooner once they
-    /// reach 256 KiB, and at once when a read, a recycled log segment or back-pressure waits
-    /// for it. A job put and deleted inside that time never reaches fjall. Zero applies each
-    /// commit as soon as it is settled. Default 10 ms.
-    pub apply_delay: Duration,
 }
 
 /// The default free-space reserve: 64 MiB. The engine needs room it does not ask for: a
@@ -142,11 +128,6 @@ pub const DEFAULT_LOG_SEGMENT_BYTES: u64 = 1 << 20;
 /// Bytes of settled commits the applier may lag behind (the bound of its queue): at ~250
 /// bytes a put, ~130 000 puts, more than a 100 ms fjall stall holds at the measured rates.
 const APPLY_QUEUE_BYTES: u64 = 32 << 20;
-/// Queued bytes at which the applier applies without waiting for
-/// [`DiskOptions::apply_delay`].
-const APPLY_THRESHOLD_BYTES: u64 = 256 << 10;
-/// The default [`DiskOptions::apply_delay`].
-pub const DEFAULT_APPLY_DELAY: Duration = Duration::from_millis(10);
 /// The smallest log segment.
 const MIN_LOG_SEGMENT_BYTES: u64 = 4 << 10;
 
@@ -159,7 +140,6 @@ impl Default for DiskOptions {
             max_write_buffer_bytes: 32 << 20,
             min_free_bytes: DEFAULT_MIN_FREE_BYTES,
             log_segment_bytes: DEFAULT_LOG_SEGMENT_BYTES,
-            apply_delay: DEFAULT_APPLY_DELAY,
         }
     }
 }
@@ -184,13 +164,6 @@ impl DiskOptions {
     #[must_use]
     pub fn log_segment_bytes(mut self, bytes: u64) -> DiskOptions {
         self.log_segment_bytes = bytes;
-        self
-    }
-
-    /// These options with [`apply_delay`](DiskOptions::apply_delay) set.
-    #[must_use]
-    pub fn apply_delay(mut self, delay: Duration) -> DiskOptions {
-        self.apply_delay = delay;
         self
     }
 }
@@ -268,9 +241,7 @@ struct Inner {
     log_durable: crate::wal::recycle::Covered,
     /// Commits settled on the log and not yet written to fjall, for the applier thread; the
     /// overlay holds their jobs' new states (`None`: deleted) for the next commits' plans.
-    handoff: crate::wal::apply::Handoff<merge::Writes, Option<JobRecord>>,
-    /// What the applier did (see [`ApplyStats`]).
-    apply_stats: ApplyCounters,
+    handoff: crate::wal::apply::Handoff<Batch, Option<JobRecord>>,
     /// Test hook: the applier's next fjall write fails.
     #[cfg(test)]
     apply_fault: AtomicBool,
@@ -355,15 +326,7 @@ impl DiskStore {
             poison: Mutex::new(None),
             dirty: AtomicBool::new(false),
             log_durable: crate::wal::recycle::Covered::new(0),
-            handoff: crate::wal::apply::Handoff::with_pace(
-                APPLY_QUEUE_BYTES,
-                0,
-                crate::wal::apply::Pace {
-                    threshold: APPLY_THRESHOLD_BYTES,
-                    delay: options.apply_delay,
-                },
-            ),
-            apply_stats: ApplyCounters::default(),
+            handoff: crate::wal::apply::Handoff::new(APPLY_QUEUE_BYTES, 0),
             #[cfg(test)]
             apply_fault: AtomicBool::new(false),
             #[cfg(test)]
@@ -494,16 +457,6 @@ impl DiskStore {
         self.inner.lock_writes().log_seq
     }
 
-    /// The ids in fjall's `jobs` table, as the applier left it (tests).
-    #[cfg(test)]
-    pub(crate) fn fjall_job_ids(&self) -> Vec<JobId> {
-        self.inner
-            .jobs
-            .iter()
-            .map(|kv| be_u64(&kv.key().expect("read a key")).expect("an id key"))
-            .collect()
-    }
-
     /// Makes the applier's next fjall write fail (tests).
     #[cfg(test)]
     pub(crate) fn set_apply_fault(&self) {
@@ -516,12 +469,6 @@ impl DiskStore {
         if let Some(log) = self.inner.lock_writes().log.as_mut() {
             log.fault = fault;
         }
-    }
-
-    /// What the applier has written to fjall since the store was opened (with
-    /// [`Durability::Sync`]; zeros otherwise).
-    pub fn apply_stats(&self) -> ApplyStats {
-        self.inner.apply_stats.get()
     }
 
     /// The store directory.
@@ -583,14 +530,13 @@ fn persist_thread(inner: &Inner, requests: &crate::wal::recycle::Receiver<u64>) 
     );
 }
 
-/// The applier thread of a store with a log: writes the settled commits' fjall batches
-/// (without a sync) in sequence order, several at a time as one merged batch (ADR 0026), then
-/// forwards the persist requests queued with them, so a request reaches the persist thread
-/// only after every commit it covers is in fjall. On a failed write it poisons the store and
-/// stops: the log keeps the commits (their segment is not recycled: no later persist request
-/// is sent), and the next open replays them.
+/// The applier thread of a store with a log: writes each settled commit's fjall batch (without
+/// a sync) in sequence order, then forwards the persist requests queued with it, so a request
+/// reaches the persist thread only after every commit it covers is in fjall. On a failed
+/// write it poisons the store and stops: the log keeps the commit (its segment is not
+/// recycled: no later persist request is sent), and the next open replays it.
 fn apply_thread(inner: &Inner, persist: &crate::wal::recycle::Sender<u64>) {
-    while let Some(mut jobs) = inner.handoff.take() {
+    while let Some(job) = inner.handoff.next() {
         #[cfg(test)]
         while inner.apply_hold.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(1));
@@ -602,76 +548,22 @@ fn apply_thread(inner: &Inner, persist: &crate::wal::recycle::Sender<u64>) {
             inner.handoff.fail();
             return;
         }
-        let Some(last) = jobs.last().map(|j| j.seq) else {
-            continue;
-        };
-        let then_persist = jobs.iter().filter_map(|j| j.then_persist).max();
-        let commits = jobs
-            .iter_mut()
-            .map(|j| std::mem::take(&mut j.batch))
-            .collect();
-        let (writes, total) = merge::merge(commits);
-        let written = writes.len();
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            inner.write_unchecked(inner.batch(writes), PersistMode::Buffer)
+        let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            inner.write_unchecked(job.batch, PersistMode::Buffer)
         }))
         .unwrap_or_else(|panic| {
             let err = engine_panic(&inner.dir, "applying a commit", panic.as_ref());
             inner.set_poison(&err);
             Err(err)
         });
-        if result.is_err() {
+        if written.is_err() {
             // `write_unchecked` poisoned the store.
             inner.handoff.fail();
             return;
         }
-        inner.apply_stats.count(jobs.len(), total, written);
-        inner
-            .handoff
-            .applied(last, jobs.iter().flat_map(|j| j.keys.iter()));
-        if let Some(upto) = then_persist {
+        inner.handoff.applied(job.seq, &job.keys);
+        if let Some(upto) = job.then_persist {
             let _ = persist.send(upto);
-        }
-    }
-}
-
-/// What the applier wrote to fjall since the store was opened ([`DiskStore::apply_stats`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ApplyStats {
-    /// fjall batches written.
-    pub batches: u64,
-    /// Commits in them.
-    pub commits: u64,
-    /// Key writes (inserts and removals) those commits held.
-    pub writes: u64,
-    /// Key writes that reached fjall (each key's last write, without removals of keys fjall
-    /// never held).
-    pub written: u64,
-}
-
-#[derive(Default)]
-struct ApplyCounters {
-    batches: std::sync::atomic::AtomicU64,
-    commits: std::sync::atomic::AtomicU64,
-    writes: std::sync::atomic::AtomicU64,
-    written: std::sync::atomic::AtomicU64,
-}
-
-impl ApplyCounters {
-    fn count(&self, commits: usize, writes: usize, written: usize) {
-        self.batches.fetch_add(1, Ordering::Relaxed);
-        self.commits.fetch_add(commits as u64, Ordering::Relaxed);
-        self.writes.fetch_add(writes as u64, Ordering::Relaxed);
-        self.written.fetch_add(written as u64, Ordering::Relaxed);
-    }
-
-    fn get(&self) -> ApplyStats {
-        ApplyStats {
-            batches: self.batches.load(Ordering::Relaxed),
-            commits: self.commits.load(Ordering::Relaxed),
-            writes: self.writes.load(Ordering::Relaxed),
-            written: self.written.load(Ordering::Relaxed),
         }
     }
 }
@@ -951,24 +843,6 @@ impl Inner {
                 be_u64(&v).ok_or_else(|| self.corrupt(&self.meta, format!("{name} is not 8 bytes")))
             }
         }
-    }
-
-    /// The fjall batch of `writes`.
-    fn batch(&self, writes: Vec<merge::Write>) -> Batch {
-        let mut b = self.db.batch();
-        for w in writes {
-            let table = match w.table {
-                merge::Table::Jobs => &self.jobs,
-                merge::Table::Resident => &self.resident,
-                merge::Table::Due => &self.due,
-                merge::Table::Meta => &self.meta,
-            };
-            match w.value {
-                Some(v) => b.insert(table, w.key, v),
-                None => b.remove(table, w.key),
-            }
-        }
-        b
     }
 
     fn write_unchecked(&self, batch: Batch, mode: PersistMode) -> Result<(), StoreError> {

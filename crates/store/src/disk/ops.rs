@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 
 use fjall::PersistMode;
 
-use super::merge::{Table, Writes};
 use super::{be_u64, DiskStore, META_DELAYED, META_NEXT_ID, META_WAL_SEQ};
 use crate::wal::apply::{Job, Stopped};
 use crate::wal::codec::encode_changes;
@@ -55,7 +54,7 @@ impl DiskStore {
                 s.job(id)
             }
         })?;
-        let mut b = Writes::new(jobs_end);
+        let mut b = s.db.batch();
         // Bytes of the records written, for the free-space backstop; keys and framing are
         // added per item below.
         let mut record_bytes: u64 = 0;
@@ -72,11 +71,9 @@ impl DiskStore {
             // Remove the old record unless the new one overwrites the same key (a remove and an
             // insert of one key in one batch would share a sequence number).
             match (&c.old, old_due) {
-                (Some(_), Some(u)) if new_due != Some(u) => {
-                    b.remove(Table::Due, due_key(u, id), Some(id));
-                }
+                (Some(_), Some(u)) if new_due != Some(u) => b.remove(&s.due, due_key(u, id)),
                 (Some(_), None) if c.new.is_none() || new_due.is_some() => {
-                    b.remove(Table::Resident, key, Some(id));
+                    b.remove(&s.resident, key)
                 }
                 _ => {}
             }
@@ -87,15 +84,15 @@ impl DiskStore {
                     match new_due {
                         Some(u) => {
                             *delayed_delta.entry(r.tube.as_str()).or_default() += 1;
-                            b.insert(Table::Due, due_key(u, id), record, Some(id));
+                            b.insert(&s.due, due_key(u, id), record);
                         }
-                        None => b.insert(Table::Resident, key, record, Some(id)),
+                        None => b.insert(&s.resident, key, record),
                     }
                     if c.old.is_none() || old_due != new_due {
-                        b.insert(Table::Jobs, key, encode_locator(new_due), Some(id));
+                        b.insert(&s.jobs, key, encode_locator(new_due));
                     }
                 }
-                None if c.old.is_some() => b.remove(Table::Jobs, key, Some(id)),
+                None if c.old.is_some() => b.remove(&s.jobs, key),
                 None => {}
             }
         }
@@ -111,28 +108,28 @@ impl DiskStore {
             };
             let count = old.saturating_add_signed(delta);
             if count == 0 {
-                b.remove(Table::Meta, key, None);
+                b.remove(&s.meta, key);
             } else {
-                b.insert(Table::Meta, key, count.to_be_bytes(), None);
+                b.insert(&s.meta, key, count.to_be_bytes());
             }
             new_counts.push((tube, count));
         }
         let new_next = p.id_end.filter(|&end| end > next_id);
         if let Some(end) = new_next {
-            b.insert(Table::Meta, META_NEXT_ID, end.to_be_bytes(), None);
+            b.insert(&s.meta, META_NEXT_ID, end.to_be_bytes());
         }
         // Keys (at most 16 bytes), partition name and journal framing: 64 bytes an item.
         let bytes = record_bytes + 64 * b.len() as u64;
         let ws = &mut *ws;
         match (replay, ws.log.as_mut()) {
             (Some(seq), _) => {
-                b.insert(Table::Meta, META_WAL_SEQ, seq.to_be_bytes(), None);
-                s.write_unchecked(s.batch(b.items), PersistMode::Buffer)?;
+                b.insert(&s.meta, META_WAL_SEQ, seq.to_be_bytes());
+                s.write_unchecked(b, PersistMode::Buffer)?;
                 ws.log_seq = seq;
             }
             (None, Some(log)) => {
                 let seq = ws.log_seq + 1;
-                b.insert(Table::Meta, META_WAL_SEQ, seq.to_be_bytes(), None);
+                b.insert(&s.meta, META_WAL_SEQ, seq.to_be_bytes());
                 let record = encode_record(seq, &encode_changes(batch));
                 let room = record
                     .as_ref()
@@ -142,7 +139,7 @@ impl DiskStore {
                         // Larger than a segment: fjall's journal, synced, carries it (and
                         // every earlier commit with it, once the applier has written them).
                         s.drain()?;
-                        s.write(s.batch(b.items), bytes)?;
+                        s.write(b, bytes)?;
                         s.log_durable.cover(seq);
                         ws.log_seq = seq;
                         return Self::written(ws, &p, jobs_end, new_counts, new_next);
@@ -195,7 +192,7 @@ impl DiskStore {
                     })
                 })?;
             }
-            (None, None) => s.write(s.batch(b.items), bytes)?,
+            (None, None) => s.write(b, bytes)?,
         }
         Self::written(ws, &p, jobs_end, new_counts, new_next)
     }

@@ -21,19 +21,12 @@
 //!   satisfied return [`Stopped`], so nobody waits for an applier that is gone.
 //! - A job pushed with [`Handoff::push_quiet`] does not wake the applier; the commit path
 //!   calls [`Handoff::wake`] once it has acknowledged the commit (ADR 0022: the wake-up is
-//!   then off the acknowledgement's path). Until then `unwoken` is set.
-//! - The applier applies behind in bulk (ADR 0026): it takes every queued job at once
-//!   ([`Handoff::take`]), and only when the queue's cost reaches the [`Pace`]'s threshold,
-//!   when its delay has passed since it saw the first of them, or at once when someone waits
-//!   for it (a push held by back-pressure, [`Handoff::wait_applied`], [`Handoff::drain`],
-//!   [`Handoff::close`]). So it is woken only when it parks with an empty queue (the next
-//!   push owes it a wake-up, `unwoken`) or when the threshold is crossed. A waiter counts
-//!   itself in `waiters` and wakes the applier itself, and a push while anyone waits wakes
-//!   it at once, so no wait depends on a late wake-up or on the delay (loom's timed waits
-//!   never time out: the models check exactly that).
+//!   then off the acknowledgement's path). Until then `unwoken` is set, and whoever waits for
+//!   the applier (a push held by back-pressure, [`Handoff::wait_applied`]) wakes it first, so
+//!   no wait depends on the late wake-up coming. The applier clears `unwoken` whenever it
+//!   takes a job: it looks at the queue again before it parks.
 
 use std::collections::{HashMap, VecDeque};
-use std::time::{Duration, Instant};
 
 #[cfg(loom)]
 use loom::sync::{Condvar, Mutex, MutexGuard};
@@ -56,24 +49,6 @@ pub struct Job<B> {
     pub cost: u64,
 }
 
-/// When the applier applies what is queued (ADR 0026).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Pace {
-    /// Apply once the queued jobs' summed cost reaches this.
-    pub threshold: u64,
-    /// Apply once this long has passed since the applier saw the oldest queued job (zero:
-    /// at once, one wake-up per push; the ADR 0018 applier).
-    pub delay: Duration,
-}
-
-impl Pace {
-    /// Applies every job as soon as it is queued.
-    pub const EAGER: Pace = Pace {
-        threshold: 0,
-        delay: Duration::ZERO,
-    };
-}
-
 /// The applier stopped after a failure: nothing more is applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stopped;
@@ -90,14 +65,9 @@ struct State<B, V> {
     pushed: u64,
     failed: bool,
     closed: bool,
-    /// The applier parked with an empty queue and nobody has woken it since.
-    idle: bool,
-    /// A job was pushed (quietly) to an idle applier, or the queue crossed the threshold:
-    /// [`Handoff::wake`] owes the applier a wake-up.
+    /// Jobs were pushed quietly since the applier last took one: it may be parked with work
+    /// queued, so the next waiter (or [`Handoff::wake`]) must wake it.
     unwoken: bool,
-    /// Threads waiting for the applier (for `applied`, or for room in the queue): while there
-    /// are any, it applies what is queued without waiting for the threshold or the delay.
-    waiters: usize,
 }
 
 /// The queue, the overlay and the applied mark, under one lock.
@@ -108,7 +78,6 @@ pub struct Handoff<B, V> {
     /// The commit path waits here for room, and readers for `applied`.
     progress: Condvar,
     capacity: u64,
-    pace: Pace,
 }
 
 impl<B, V> std::fmt::Debug for Handoff<B, V> {
@@ -121,14 +90,8 @@ impl<B, V> std::fmt::Debug for Handoff<B, V> {
 
 impl<B, V: Clone> Handoff<B, V> {
     /// An empty hand-off whose queue holds jobs of summed cost up to `capacity`; everything up
-    /// to `applied` is applied already. The applier applies as soon as a job is queued
-    /// ([`Pace::EAGER`]).
+    /// to `applied` is applied already.
     pub fn new(capacity: u64, applied: u64) -> Handoff<B, V> {
-        Self::with_pace(capacity, applied, Pace::EAGER)
-    }
-
-    /// [`new`](Self::new), applying in bulk at `pace`.
-    pub fn with_pace(capacity: u64, applied: u64, pace: Pace) -> Handoff<B, V> {
         Handoff {
             state: Mutex::new(State {
                 queue: VecDeque::new(),
@@ -138,14 +101,11 @@ impl<B, V: Clone> Handoff<B, V> {
                 pushed: applied,
                 failed: false,
                 closed: false,
-                idle: false,
                 unwoken: false,
-                waiters: 0,
             }),
             work: Condvar::new(),
             progress: Condvar::new(),
             capacity,
-            pace,
         }
     }
 
@@ -187,7 +147,8 @@ impl<B, V: Clone> Handoff<B, V> {
     ) -> Result<(), Stopped> {
         let mut st = self.lock();
         while !st.failed && !st.queue.is_empty() && st.queued + job.cost > self.capacity {
-            st = self.wait_for_applier(st);
+            self.wake_locked(&mut st);
+            st = self.wait(&self.progress, st);
         }
         if st.failed {
             return Err(Stopped);
@@ -195,50 +156,29 @@ impl<B, V: Clone> Handoff<B, V> {
         for (&key, value) in job.keys.iter().zip(values) {
             st.overlay.insert(key, (job.seq, value));
         }
-        let below = st.queued < self.pace.threshold;
         st.queued += job.cost;
         st.pushed = st.pushed.max(job.seq);
         st.queue.push_back(job);
-        if st.waiters > 0 {
-            // Someone waits for the applier already: no reason to leave it parked.
-            st.unwoken = false;
-            st.idle = false;
-            drop(st);
-            self.work.notify_one();
-        } else if st.idle || (below && st.queued >= self.pace.threshold) {
-            st.unwoken = true;
-        }
+        st.unwoken = true;
         Ok(())
     }
 
-    /// Wakes the applier if a push since it parked owes it a wake-up (it parked with an
-    /// empty queue, or the queue crossed the threshold).
+    /// Wakes the applier if jobs were pushed quietly since it last took one.
     pub fn wake(&self) {
         let mut st = self.lock();
         let wake = std::mem::take(&mut st.unwoken);
-        if wake {
-            st.idle = false;
-        }
         drop(st);
         if wake {
             self.work.notify_one();
         }
     }
 
-    /// Waits once on `progress` as a waiter for the applier: while it waits, the applier
-    /// applies what is queued at once (it looks at `waiters` before it parks, and a push
-    /// wakes it while there are waiters), and it is woken now in case it is parked.
-    fn wait_for_applier<'a>(
-        &self,
-        mut st: MutexGuard<'a, State<B, V>>,
-    ) -> MutexGuard<'a, State<B, V>> {
-        st.waiters += 1;
-        st.unwoken = false;
-        st.idle = false;
-        self.work.notify_one();
-        st = self.wait(&self.progress, st);
-        st.waiters -= 1;
-        st
+    /// [`wake`](Self::wake) for a caller that holds the lock and is about to wait for the
+    /// applier.
+    fn wake_locked(&self, st: &mut State<B, V>) {
+        if std::mem::take(&mut st.unwoken) {
+            self.work.notify_one();
+        }
     }
 
     /// The value of `key` after the last job that changed it and is not applied yet; `None`
@@ -247,53 +187,8 @@ impl<B, V: Clone> Handoff<B, V> {
         self.lock().overlay.get(&key).map(|(_, v)| v.clone())
     }
 
-    /// The applier's next jobs: every queued job, once the [`Pace`] says so or someone waits
-    /// (see the module docs), waiting for them; `None` once the hand-off is closed and
+    /// The applier's next job, waiting for one; `None` once the hand-off is closed and
     /// drained, or failed.
-    pub fn take(&self) -> Option<Vec<Job<B>>> {
-        let mut st = self.lock();
-        // When the applier first saw the jobs now queued, plus the delay.
-        let mut deadline: Option<Instant> = None;
-        loop {
-            if st.failed {
-                return None;
-            }
-            if st.queue.is_empty() {
-                if st.closed {
-                    return None;
-                }
-                st.idle = true;
-                deadline = None;
-                st = self.wait(&self.work, st);
-                st.idle = false;
-                continue;
-            }
-            let due = st.waiters > 0
-                || st.closed
-                || st.queued >= self.pace.threshold
-                || self.pace.delay.is_zero()
-                || deadline.is_some_and(|d| Instant::now() >= d);
-            if due {
-                let jobs: Vec<Job<B>> = st.queue.drain(..).collect();
-                st.queued = 0;
-                // Awake: it looks at the queue again before it parks.
-                st.unwoken = false;
-                drop(st);
-                self.progress.notify_all();
-                return Some(jobs);
-            }
-            let d = *deadline.get_or_insert_with(|| Instant::now() + self.pace.delay);
-            let left = d.saturating_duration_since(Instant::now());
-            st = self
-                .work
-                .wait_timeout(st, left)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|e| e.into_inner().0);
-        }
-    }
-
-    /// The applier's next job alone (the eager applier of ADR 0018, and tests): as
-    /// [`take`](Self::take), but one job at a time, at once.
     pub fn next(&self) -> Option<Job<B>> {
         let mut st = self.lock();
         loop {
@@ -311,14 +206,12 @@ impl<B, V: Clone> Handoff<B, V> {
             if st.closed {
                 return None;
             }
-            st.idle = true;
             st = self.wait(&self.work, st);
-            st.idle = false;
         }
     }
 
-    /// The applier wrote every job up to `seq` (changing `keys`) to fjall.
-    pub fn applied<'k>(&self, seq: u64, keys: impl IntoIterator<Item = &'k u64>) {
+    /// The applier wrote job `seq` (changing `keys`) to fjall.
+    pub fn applied(&self, seq: u64, keys: &[u64]) {
         let mut st = self.lock();
         st.applied = st.applied.max(seq);
         for key in keys {
@@ -351,7 +244,8 @@ impl<B, V: Clone> Handoff<B, V> {
     pub fn wait_applied(&self, seq: u64) -> Result<(), Stopped> {
         let mut st = self.lock();
         while st.applied < seq && !st.failed {
-            st = self.wait_for_applier(st);
+            self.wake_locked(&mut st);
+            st = self.wait(&self.progress, st);
         }
         if st.applied >= seq {
             Ok(())

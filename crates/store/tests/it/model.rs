@@ -157,14 +157,6 @@ proptest! {
         disk_matches_model(ops, DiskOptions::default())?;
     }
 
-    /// With an applier that applies only when something waits (ADR 0026), comparing after
-    /// some steps only, so that merged batches span puts, updates, deletes and re-puts of
-    /// the same ids, and reopens.
-    #[test]
-    fn a_bulk_applier_matches_model(ops in proptest::collection::vec((op_strategy(), probe_strategy(), proptest::bool::weighted(0.25)), 1..30)) {
-        bulk_matches_model(ops)?;
-    }
-
     #[test]
     fn mem_store_matches_model(ops in proptest::collection::vec((op_strategy(), probe_strategy()), 1..30)) {
         let store = MemStore::new();
@@ -219,17 +211,35 @@ proptest! {
     /// restores is one a power cut could leave.)
     #[test]
     fn the_log_restores_what_the_engine_lost(ops in proptest::collection::vec((loss_op_strategy(), probe_strategy()), 1..20)) {
-        let ops = ops.into_iter().map(|(op, probe)| (op, probe, true)).collect();
-        engine_loss(ops, DiskOptions::default())?;
-    }
-
-    /// The same with an applier that applies only when something waits for it (ADR 0026: a
-    /// delay that never passes in a case), probing after some steps only: several commits
-    /// (puts and deletes of the same jobs among them) are applied as one merged batch, or
-    /// lost by a power cut before fjall holds them, and the log replays them.
-    #[test]
-    fn a_bulk_applier_loses_nothing_to_an_engine_loss(ops in proptest::collection::vec((loss_op_strategy(), probe_strategy(), proptest::bool::weighted(0.25)), 1..30)) {
-        engine_loss(ops, DiskOptions::default().apply_delay(NEVER))?;
+        let dir = tempfile::tempdir().unwrap();
+        let snap = tempfile::tempdir().unwrap();
+        let snapshot = snap.path().join("engine");
+        let mut store = Some(DiskStore::open(dir.path(), DiskOptions::default()).unwrap());
+        store.as_ref().unwrap().checkpoint().unwrap();
+        crate::util::copy_dir(&dir.path().join("engine"), &snapshot);
+        let mut model = Model::default();
+        for (op, probe) in ops {
+            match op {
+                LossOp::Batch(b) => {
+                    store.as_ref().unwrap().commit(&b).unwrap();
+                    model.apply(&b);
+                }
+                LossOp::Checkpoint => {
+                    store.as_ref().unwrap().checkpoint().unwrap();
+                    std::fs::remove_dir_all(&snapshot).unwrap();
+                    crate::util::copy_dir(&dir.path().join("engine"), &snapshot);
+                }
+                LossOp::Crash => {
+                    drop(store.take());
+                    replace_engine(dir.path(), &snapshot);
+                    store = Some(DiskStore::open(dir.path(), DiskOptions::default()).unwrap());
+                    // The open replayed the log and synced fjall: that is durable now.
+                    std::fs::remove_dir_all(&snapshot).unwrap();
+                    crate::util::copy_dir(&dir.path().join("engine"), &snapshot);
+                }
+            }
+            check(store.as_ref().unwrap(), &model, probe)?;
+        }
     }
 
     /// Tiny log segments: records go round the two segments many times (recycled segments
@@ -239,77 +249,6 @@ proptest! {
     fn tiny_log_segments_match_model(ops in proptest::collection::vec((op_strategy(), probe_strategy(), any::<bool>()), 1..40)) {
         disk_matches_model(ops, DiskOptions::default().log_segment_bytes(4096))?;
     }
-}
-
-/// An applier delay no test case outlasts: the applier applies only when something waits.
-const NEVER: std::time::Duration = std::time::Duration::from_secs(3600);
-
-/// As [`disk_matches_model`] with [`NEVER`] as the applier's delay, comparing only after the
-/// steps whose flag is set (and the last).
-fn bulk_matches_model(ops: Vec<(Op, Probe, bool)>) -> Result<(), TestCaseError> {
-    let options = DiskOptions::default().apply_delay(NEVER);
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = DiskStore::open(dir.path(), options.clone()).unwrap();
-    let mut model = Model::default();
-    let last = ops.len().saturating_sub(1);
-    for (i, (op, probe, probe_now)) in ops.into_iter().enumerate() {
-        match op {
-            Op::Batch(b) => {
-                store.commit(&b).unwrap();
-                model.apply(&b);
-            }
-            Op::ReserveIds(end) => {
-                store.reserve_ids(end).unwrap();
-                model.next_id = model.next_id.max(end);
-            }
-            Op::Reopen => {
-                drop(store);
-                store = DiskStore::open(dir.path(), options.clone()).unwrap();
-            }
-        }
-        if probe_now || i == last {
-            check(&store, &model, probe)?;
-        }
-    }
-    Ok(())
-}
-
-/// [`LossOp`]s against a store opened with `options` and the model; a step's flag says
-/// whether to compare them after it (always after the last).
-fn engine_loss(ops: Vec<(LossOp, Probe, bool)>, options: DiskOptions) -> Result<(), TestCaseError> {
-    let dir = tempfile::tempdir().unwrap();
-    let snap = tempfile::tempdir().unwrap();
-    let snapshot = snap.path().join("engine");
-    let mut store = Some(DiskStore::open(dir.path(), options.clone()).unwrap());
-    store.as_ref().unwrap().checkpoint().unwrap();
-    crate::util::copy_dir(&dir.path().join("engine"), &snapshot);
-    let mut model = Model::default();
-    let last = ops.len().saturating_sub(1);
-    for (i, (op, probe, probe_now)) in ops.into_iter().enumerate() {
-        match op {
-            LossOp::Batch(b) => {
-                store.as_ref().unwrap().commit(&b).unwrap();
-                model.apply(&b);
-            }
-            LossOp::Checkpoint => {
-                store.as_ref().unwrap().checkpoint().unwrap();
-                std::fs::remove_dir_all(&snapshot).unwrap();
-                crate::util::copy_dir(&dir.path().join("engine"), &snapshot);
-            }
-            LossOp::Crash => {
-                drop(store.take());
-                replace_engine(dir.path(), &snapshot);
-                store = Some(DiskStore::open(dir.path(), options.clone()).unwrap());
-                // The open replayed the log and synced fjall: that is durable now.
-                std::fs::remove_dir_all(&snapshot).unwrap();
-                crate::util::copy_dir(&dir.path().join("engine"), &snapshot);
-            }
-        }
-        if probe_now || i == last {
-            check(store.as_ref().unwrap(), &model, probe)?;
-        }
-    }
-    Ok(())
 }
 
 /// Applies `ops` to a `DiskStore` opened with `options` in a fresh directory and to the model,
