@@ -65,6 +65,47 @@ pub fn parse_ready(payload: &str) -> Vec<(JobId, Option<u64>)> {
     out
 }
 
+/// The check the `notify_payload` fuzz target runs on arbitrary bytes (read as text, as a
+/// notification from another build or a damaged one might hold them): [`parse_ready`] must not
+/// panic, and every job it yields (those whose numbers fit the encoder's `i64`) must come back
+/// unchanged through [`payloads`] and [`parse_ready`], in payloads below the limit.
+///
+/// # Errors
+///
+/// A description of the first difference found.
+#[doc(hidden)]
+pub fn fuzz_check(data: &[u8]) -> Result<(), String> {
+    let text = String::from_utf8_lossy(data);
+    let parsed = parse_ready(&text);
+    let jobs: Vec<(i64, Option<i64>)> = parsed
+        .iter()
+        .filter_map(|&(id, due)| {
+            let id = i64::try_from(id).ok()?;
+            let due = match due {
+                Some(due) => Some(i64::try_from(due).ok()?),
+                None => None,
+            };
+            Some((id, due))
+        })
+        .collect();
+    let mut back = Vec::new();
+    for p in payloads(jobs.iter().copied()) {
+        if p.len() > MAX_PAYLOAD {
+            return Err(format!("a payload of {} bytes", p.len()));
+        }
+        back.extend(parse_ready(&p));
+    }
+    let want: Vec<(JobId, Option<u64>)> = jobs
+        .iter()
+        .map(|&(id, due)| (id.unsigned_abs(), due.map(i64::unsigned_abs)))
+        .collect();
+    if back == want {
+        Ok(())
+    } else {
+        Err(format!("parsed {want:?}, re-encoded and parsed {back:?}"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,5 +176,20 @@ mod tests {
             .collect();
         assert_eq!(back, want);
         assert!(payloads(Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn the_fuzz_check_holds_for_odd_payloads() {
+        for p in [
+            "",
+            "1,@2",
+            "+5,@+6,7",
+            "18446744073709551615,@1,2,@18446744073709551615",
+            "@,,,@@1,\u{0}3",
+            "9223372036854775807,@9223372036854775807",
+        ] {
+            assert_eq!(fuzz_check(p.as_bytes()), Ok(()), "{p:?}");
+        }
+        assert_eq!(fuzz_check(&[0xff, b',', b'4']), Ok(()));
     }
 }
