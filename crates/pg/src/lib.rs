@@ -62,9 +62,9 @@ mod schema;
 
 pub use lock::ActiveLock;
 pub use node::{Claimed, Claims, Lost, Node, TubeCounts, NODE_CONNECTIONS, NODE_ID_BLOCK};
-pub use note::parse_ready;
 #[doc(hidden)]
 pub use note::fuzz_check as fuzz_check_note;
+pub use note::parse_ready;
 pub use schema::{migrate, SchemaName, SCHEMA_VERSION};
 
 /// How to reach the database.
