@@ -635,35 +635,45 @@ impl PgStore {
         }
     }
 
-    fn connection<'a>(
-        &self,
-        slot: &'a Mutex<Option<Client>>,
-    ) -> Result<MutexGuard<'a, Option<Client>>, postgres::Error> {
-        let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
-        if guard.as_ref().is_none_or(Client::is_closed) {
-            *guard = Some(Client::connect(&self.options.url, NoTls)?);
-        }
-        Ok(guard)
-    }
-
     /// Runs `f` on the read connection, reconnecting once if it was broken.
     fn read_with<T>(
         &self,
         f: impl Fn(&mut Client) -> Result<T, postgres::Error>,
     ) -> Result<T, StoreError> {
+        self.on_connection(
+            &self.read,
+            || Client::connect(&self.options.url, NoTls),
+            |c| c,
+            f,
+        )
+    }
+
+    /// Runs `f` on the connection in `slot` (opened with `open` when there is none or it is
+    /// closed; `client` is its `Client`), reconnecting once if it broke.
+    fn on_connection<C, T>(
+        &self,
+        slot: &Mutex<Option<C>>,
+        open: impl Fn() -> Result<C, postgres::Error>,
+        client: impl Fn(&C) -> &Client,
+        f: impl Fn(&mut C) -> Result<T, postgres::Error>,
+    ) -> Result<T, StoreError> {
         let mut last = None;
         for _ in 0..2 {
-            let mut guard = match self.connection(&self.read) {
-                Ok(g) => g,
-                Err(e) => {
-                    last = Some(e);
-                    continue;
+            let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
+            if guard.as_ref().is_none_or(|c| client(c).is_closed()) {
+                *guard = None;
+                match open() {
+                    Ok(c) => *guard = Some(c),
+                    Err(e) => {
+                        last = Some(e);
+                        continue;
+                    }
                 }
-            };
-            let client = guard.as_mut().expect("connection() fills the slot");
-            match f(client) {
+            }
+            let conn = guard.as_mut().expect("filled above");
+            match f(conn) {
                 Ok(v) => return Ok(v),
-                Err(e) if client.is_closed() || is_connection_error(&e) => {
+                Err(e) if client(conn).is_closed() || is_connection_error(&e) => {
                     *guard = None;
                     last = Some(e);
                 }
@@ -875,30 +885,13 @@ impl PgStore {
     /// Database errors; [`StoreError::Corrupt`] for a row that does not decode.
     pub fn get_free(&self, ids: &[JobId]) -> Result<Vec<JobRecord>, StoreError> {
         let ids: Vec<i64> = ids.iter().map(|id| big(*id)).collect();
-        let mut last = None;
-        for _ in 0..2 {
-            let mut guard = self.free.lock().unwrap_or_else(|p| p.into_inner());
-            if guard.as_ref().is_none_or(|(c, _)| c.is_closed()) {
-                *guard = None;
-                match self.free_connection() {
-                    Ok(c) => *guard = Some(c),
-                    Err(e) => {
-                        last = Some(e);
-                        continue;
-                    }
-                }
-            }
-            let (client, statement) = guard.as_mut().expect("filled above");
-            match client.query(&*statement, &[&ids]) {
-                Ok(rows) => return rows.iter().map(|r| self.decode(r)).collect(),
-                Err(e) if client.is_closed() || is_connection_error(&e) => {
-                    *guard = None;
-                    last = Some(e);
-                }
-                Err(e) => return Err(self.db_error(e)),
-            }
-        }
-        Err(self.db_error(last.expect("the loop ran")))
+        let rows = self.on_connection(
+            &self.free,
+            || self.free_connection(),
+            |(c, _)| c,
+            |(c, statement)| c.query(&*statement, &[&ids]),
+        )?;
+        rows.iter().map(|r| self.decode(r)).collect()
     }
 
     /// A new connection for [`PgStore::get_free`] with its statement prepared, on a generic
