@@ -124,8 +124,9 @@ pub enum PgError {
 pub struct PgStore {
     options: PgOptions,
     sql: Sql,
-    /// The commit connection and its prepared commit statement.
-    commit: Mutex<Option<(Client, Statement)>>,
+    /// The commit connection, its prepared commit statement and (shared mode) its prepared
+    /// announcement ([`ANNOUNCE`]).
+    commit: Mutex<Option<(Client, Statement, Option<Statement>)>>,
     read: Mutex<Option<Client>>,
     /// Shared mode: the connection [`PgStore::get_free`] runs on, with its statement prepared
     /// (every node reads announced jobs often: parsed and planned once per connection).
@@ -378,27 +379,17 @@ impl Sql {
     }
 }
 
-/// The simple-query text that announces `jobs` (`(id, Some(due))` for a delayed job, due on
-/// the database clock: [`note`]) on `channel` (a checked identifier) in a transaction of its
-/// own that does not wait for its WAL flush (a lost announcement after a database crash is
-/// only a missed wake-up), one notification per [`note::MAX_PAYLOAD`] bytes; `None` for no
-/// jobs.
-fn announcement(
-    channel: &str,
-    jobs: impl IntoIterator<Item = (i64, Option<i64>)>,
-) -> Option<String> {
-    let notes: Vec<String> = note::payloads(jobs)
-        .into_iter()
-        .map(|payload| format!("NOTIFY {channel}, '{payload}'"))
-        .collect();
-    if notes.is_empty() {
-        return None;
-    }
-    Some(format!(
-        "BEGIN; SET LOCAL synchronous_commit = off; {}; COMMIT",
-        notes.join("; ")
-    ))
-}
+/// The shared commit's announcement, run right after the commit on the same connection: one
+/// notification per payload of `$2` ([`note::payloads`]: ids, a delayed job's with its due
+/// time, at most [`note::MAX_PAYLOAD`] bytes each) on channel `$1`, in a transaction of its
+/// own (the statement's implicit one) that does not wait for its WAL flush (a lost
+/// announcement after a database crash is only a missed wake-up): `set_config(…, true)`
+/// lasts until the end of that transaction, and its commit record is written before the
+/// setting is undone, so the commit is asynchronous and the connection's later commits are
+/// not. One prepared statement (ADR 0008 session 12; before: `BEGIN; SET LOCAL
+/// synchronous_commit = off; NOTIFY …; COMMIT` as text, four statements parsed each time).
+const ANNOUNCE: &str = "SELECT set_config('synchronous_commit', 'off', true), \
+     count(pg_notify($1::text, p)) FROM unnest($2::text[]) AS p";
 
 /// A `u64` as PostgreSQL `bigint`, saturating (ids, times and TTRs stay far below 2^63).
 fn big(v: u64) -> i64 {
@@ -686,13 +677,18 @@ impl PgStore {
     /// The commit connection, (re)connected with its statement prepared.
     fn commit_connection(
         &self,
-    ) -> Result<MutexGuard<'_, Option<(Client, Statement)>>, postgres::Error> {
+    ) -> Result<MutexGuard<'_, Option<(Client, Statement, Option<Statement>)>>, postgres::Error>
+    {
         let mut guard = self.commit.lock().unwrap_or_else(|p| p.into_inner());
-        if guard.as_ref().is_none_or(|(c, _)| c.is_closed()) {
+        if guard.as_ref().is_none_or(|(c, _, _)| c.is_closed()) {
             *guard = None;
             let mut client = Client::connect(&self.options.url, NoTls)?;
             let statement = client.prepare(&self.sql.commit)?;
-            *guard = Some((client, statement));
+            let announce = match &self.sql.announce {
+                Some(_) => Some(client.prepare(ANNOUNCE)?),
+                None => None,
+            };
+            *guard = Some((client, statement, announce));
         }
         Ok(guard)
     }
@@ -701,6 +697,7 @@ impl PgStore {
         &self,
         client: &mut Client,
         statement: &Statement,
+        announce: Option<&Statement>,
         batch: &[Change],
     ) -> Result<(), postgres::Error> {
         let (net, ids_end) = fold(batch);
@@ -797,10 +794,11 @@ impl PgStore {
                         .filter(|(_, state)| **state == 0)
                         .map(|(id, _)| (*id, None)),
                 );
-            if let Some(sql) = announcement(channel, ready) {
+            let payloads = note::payloads(ready);
+            if let (false, Some(announce)) = (payloads.is_empty(), announce) {
                 // Committed already: a failure here loses only the wake-up (other nodes
                 // find the jobs when they resync, and the owner serves them meanwhile).
-                if let Err(e) = client.batch_execute(&sql) {
+                if let Err(e) = client.execute(announce, &[channel, &payloads]) {
                     tracing::warn!(error = %e, "cannot announce committed jobs");
                 }
             }
@@ -994,9 +992,9 @@ impl Store for PgStore {
         loop {
             let attempt = match self.commit_connection() {
                 Ok(mut guard) => {
-                    let (client, statement) =
+                    let (client, statement, announce) =
                         guard.as_mut().expect("commit_connection() fills the slot");
-                    let r = self.commit_once(client, statement, batch);
+                    let r = self.commit_once(client, statement, announce.as_ref(), batch);
                     if r.as_ref()
                         .is_err_and(|e| client.is_closed() || is_connection_error(e))
                     {
