@@ -119,6 +119,10 @@ pub enum PgError {
     Db(#[from] postgres::Error),
 }
 
+/// The commit connection, its prepared commit statement and (shared mode) its prepared
+/// announcement ([`ANNOUNCE`]).
+type CommitConn = (Client, Statement, Option<Statement>);
+
 /// A [`Store`] on PostgreSQL. Thread-safe: one connection for commits, one for reads, each
 /// reconnected when it breaks.
 pub struct PgStore {
@@ -126,7 +130,7 @@ pub struct PgStore {
     sql: Sql,
     /// The commit connection, its prepared commit statement and (shared mode) its prepared
     /// announcement ([`ANNOUNCE`]).
-    commit: Mutex<Option<(Client, Statement, Option<Statement>)>>,
+    commit: Mutex<Option<CommitConn>>,
     read: Mutex<Option<Client>>,
     /// Shared mode: the connection [`PgStore::get_free`] runs on, with its statement prepared
     /// (every node reads announced jobs often: parsed and planned once per connection).
@@ -675,10 +679,7 @@ impl PgStore {
     }
 
     /// The commit connection, (re)connected with its statement prepared.
-    fn commit_connection(
-        &self,
-    ) -> Result<MutexGuard<'_, Option<(Client, Statement, Option<Statement>)>>, postgres::Error>
-    {
+    fn commit_connection(&self) -> Result<MutexGuard<'_, Option<CommitConn>>, postgres::Error> {
         let mut guard = self.commit.lock().unwrap_or_else(|p| p.into_inner());
         if guard.as_ref().is_none_or(|(c, _, _)| c.is_closed()) {
             *guard = None;
