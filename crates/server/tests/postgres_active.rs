@@ -424,6 +424,14 @@ async fn another_nodes_delayed_job_is_read_once_when_due_not_when_announced() {
     let helper = Running::open(&config(&cluster)).await;
     let mut p = owner.client().await;
     let mut c = helper.client().await;
+    // The helper is listening, and has done its first read of the table after `LISTEN` (which
+    // reads every free job it lacks, delayed ones too: those announced before it listened),
+    // once it serves a job put through the owner: the listener thread does that read before
+    // it looks at any announcement. Without this, a loaded machine could bring the helper's
+    // `LISTEN` up after the put below, and that first read would read the delayed job early.
+    let warm = p.put(0, 0, 60, "warm").await;
+    assert_eq!(c.reserve(10).await, (warm, "warm".to_owned()));
+    assert_eq!(c.cmd(&format!("delete {warm}")).await, "DELETED");
     let waiting = tokio::spawn(async move {
         let got = c.reserve(30).await;
         (c, got)
