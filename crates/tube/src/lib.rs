@@ -12,11 +12,15 @@
 //! ```
 
 use core::fmt;
+use std::sync::Arc;
 
 /// A tube name: 1 to 200 bytes of `A-Z a-z 0-9 - + / ; . $ _ ( )`, not starting with `-`
 /// (beanstalkd's rule).
+///
+/// Shared, not copied: a clone (one per job put, per stored record planned, per reply that
+/// names the tube) is a reference count, and the jobs of a tube hold one copy of its name.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TubeName(String);
+pub struct TubeName(Arc<str>);
 
 /// The longest tube name, in bytes.
 pub const MAX_TUBE_NAME: usize = 200;
@@ -52,7 +56,7 @@ impl TubeName {
         {
             return Err(BadTubeName);
         }
-        Ok(TubeName(name.to_owned()))
+        Ok(TubeName(Arc::from(name)))
     }
 
     /// The name.
@@ -64,7 +68,7 @@ impl TubeName {
     /// The tube every client uses and watches when it connects.
     #[must_use]
     pub fn default_tube() -> TubeName {
-        TubeName("default".to_owned())
+        TubeName(Arc::from("default"))
     }
 }
 
