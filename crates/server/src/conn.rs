@@ -684,6 +684,7 @@ mod tests {
             Engine::new(tickwheel_queue::Config::default(), 0),
             gate.clone(),
             Arc::new(tickwheel::SystemClock),
+            false,
         )
         .expect("commit thread");
         let client = shared.next_client_id();
@@ -784,6 +785,7 @@ mod tests {
             Engine::new(tickwheel_queue::Config::default(), start),
             store.clone(),
             clock.clone(),
+            false,
         )
         .expect("commit thread");
         let _reopen = Reopen(store.clone());
@@ -868,6 +870,7 @@ mod tests {
             Engine::new(tickwheel_queue::Config::default(), 0),
             Arc::new(MemStore::new()),
             Arc::new(tickwheel::SystemClock),
+            false,
         )
         .expect("commit thread");
         let client = shared.next_client_id();

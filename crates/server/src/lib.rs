@@ -203,7 +203,9 @@ impl Server {
         started: std::time::Instant,
         postgres: Option<PgNode>,
     ) -> anyhow::Result<Server> {
-        let shared = Shared::new(engine, store, config.clock.clone())
+        // Only the in-memory store commits on the submitter's thread: see `Shared::new`.
+        let inline_commits = config.data_dir.is_none() && postgres.is_none();
+        let shared = Shared::new(engine, store, config.clock.clone(), inline_commits)
             .context("cannot start the commit and timer threads")?;
         shared
             .metrics

@@ -146,10 +146,14 @@ impl Unsettled {
 }
 
 impl Shared {
+    /// The shared state around `engine`. With `inline_commits` (a store in memory) each
+    /// submit commits before it returns ([`GroupCommit::inline`]); else a committer thread
+    /// commits each group ([`GroupCommit::with_thread`]).
     pub(crate) fn new(
         engine: Engine,
         store: Arc<dyn Store>,
         clock: Arc<dyn Clock>,
+        inline_commits: bool,
     ) -> std::io::Result<Shared> {
         // One driver thread and no workers: its only timers are the driver's sleeps, whose
         // firing is a waker call.
@@ -172,8 +176,14 @@ impl Shared {
         Ok(Shared {
             engine: Mutex::new(engine),
             // A committer thread rather than leading waiters: see ADR 0005 (the fsync from
-            // whichever tokio worker leads cost ~3 ms more per commit on ext4 here).
-            group: GroupCommit::with_thread(store)?,
+            // whichever tokio worker leads cost ~3 ms more per commit on ext4 here). In
+            // memory the commit is a map update: made by the submitter, it spares every reply
+            // a thread hand-off (docs/decisions/0030-in-memory-commits-inline.md).
+            group: if inline_commits {
+                GroupCommit::inline(store)
+            } else {
+                GroupCommit::with_thread(store)?
+            },
             loader: tokio::sync::Mutex::new(()),
             waiters: Mutex::new(HashMap::new()),
             timer_changed: Notify::new(),

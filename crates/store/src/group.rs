@@ -1,6 +1,8 @@
 //! [`GroupCommit`]: one store commit (one fsync) for every batch submitted while the previous
-//! commit ran, by a committer thread ([`GroupCommit::with_thread`], what the server uses) or
-//! by the first caller that waits ([`GroupCommit::new`]).
+//! commit ran, by a committer thread ([`GroupCommit::with_thread`], what the server uses on
+//! disk) or by the first caller that waits ([`GroupCommit::new`]); or, for a store in memory,
+//! by the submitter before `submit` returns ([`GroupCommit::inline`], the server's
+//! `--in-memory`).
 //!
 //! # Ground rules
 //!
@@ -125,6 +127,8 @@ struct State {
     idle: bool,
     /// The committer thread must stop once nothing is pending.
     shutdown: bool,
+    /// [`GroupCommit::inline`]: every submit commits before it returns.
+    inline: bool,
     /// Batches up to this one were in the commit that failed, and get its error.
     failed_upto: u64,
     /// The error of the commit that failed.
@@ -187,6 +191,35 @@ impl<S: Store + 'static> GroupCommit<S> {
         Ok(group)
     }
 
+    /// Wraps `store` so that every [`submit`](GroupCommit::submit) commits its batch (with
+    /// any other caller's still queued) before it returns, on the caller's thread: the ticket
+    /// it returns is settled already. No thread is started.
+    ///
+    /// For a store whose commit is a memory update (a [`MemStore`](crate::MemStore) behind
+    /// `--in-memory`): a hand-off to a committer thread would cost a thread wake-up per commit
+    /// and a parked waiter per reply, for a commit that takes microseconds. Not for a store
+    /// that syncs: the submitter (the server submits under its engine lock) would wait out
+    /// the sync, and concurrent batches would not join one commit.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tickwheel_store::{Change, GroupCommit, MemStore, Store};
+    ///
+    /// let group = GroupCommit::inline(MemStore::new());
+    /// let ticket = group.submit(vec![Change::ReserveIds { end: 8 }])?;
+    /// // Committed already: nothing to wait for.
+    /// assert_eq!(group.stats().store_commits, 1);
+    /// ticket.wait()?;
+    /// assert_eq!(group.recover(0)?.next_id, 8);
+    /// # Ok::<(), tickwheel_store::StoreError>(())
+    /// ```
+    pub fn inline(store: S) -> GroupCommit<S> {
+        let group = GroupCommit::new(store);
+        lock(&group.shared.state).inline = true;
+        group
+    }
+
     /// The wrapped store.
     pub fn inner(&self) -> &S {
         &self.shared.store
@@ -223,12 +256,19 @@ impl<S: Store + 'static> GroupCommit<S> {
         }
         let seq = st.submitted;
         let wake = !batch_empty && std::mem::take(&mut st.idle);
+        let inline = st.inline && !batch_empty;
         // Woken after the lock is released: a committer woken under it would block at once on
         // the lock this caller still holds (one more futex round trip per commit, measured
         // under strace on the single-connection path).
         drop(st);
         if wake {
             self.shared.work.notify_one();
+        }
+        if inline {
+            // Leads the commit (or waits for the caller leading one, which takes this batch
+            // or leaves it to this caller). The outcome is recorded in the state, where the
+            // ticket reads it: a failure is the ticket's, as for any other mode.
+            let _ = self.shared.wait(seq);
         }
         Ok(Ticket {
             seq,

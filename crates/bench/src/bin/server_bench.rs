@@ -48,7 +48,8 @@ struct Cli {
     /// Path of tickwheel-server (default: next to this binary).
     #[arg(long)]
     tickwheel: Option<PathBuf>,
-    /// Path of a second tickwheel-server build, run as target `tw-base-sync` (or `tw-base-pg`): before/after
+    /// Path of a second tickwheel-server build, run as target `tw-base-sync` (or `tw-base-mem`,
+    /// `tw-base-pg`): before/after
     /// comparisons in one run, interleaved with the other targets (the disk and the load here
     /// change from minute to minute, so separate runs do not compare).
     #[arg(long)]
@@ -130,6 +131,8 @@ enum Target {
     TwNofsync,
     /// tickwheel-server --in-memory.
     TwMem,
+    /// The `--baseline` build of tickwheel-server, --in-memory.
+    TwBaseMem,
     /// beanstalkd -b DIR (default -f 50).
     BsF50,
     /// beanstalkd -b DIR -f 0 (fsync every write).
@@ -164,6 +167,7 @@ impl Target {
             Target::TwF50 => "tickwheel -f 50",
             Target::TwNofsync => "tickwheel -F",
             Target::TwMem => "tickwheel --in-memory",
+            Target::TwBaseMem => "baseline tickwheel --in-memory",
             Target::BsF50 => "beanstalkd -b (-f 50)",
             Target::BsF0 => "beanstalkd -b -f 0",
             Target::BsNofsync => "beanstalkd -b -F",
@@ -191,7 +195,11 @@ impl Target {
     fn is_baseline(self) -> bool {
         matches!(
             self,
-            Target::TwBaseSync | Target::TwBasePg | Target::TwBasePgAa1 | Target::TwBasePgAa3
+            Target::TwBaseSync
+                | Target::TwBaseMem
+                | Target::TwBasePg
+                | Target::TwBasePgAa1
+                | Target::TwBasePgAa3
         )
     }
 
@@ -203,6 +211,7 @@ impl Target {
                 | Target::TwF50
                 | Target::TwNofsync
                 | Target::TwMem
+                | Target::TwBaseMem
                 | Target::TwPg
                 | Target::TwBasePg
                 | Target::TwPgAa1
@@ -275,6 +284,12 @@ impl Server {
             Target::TwF50 => (tickwheel_path(cli)?, vec!["-b", &d, "-f", "50"]),
             Target::TwNofsync => (tickwheel_path(cli)?, vec!["-b", &d, "-F"]),
             Target::TwMem => (tickwheel_path(cli)?, vec!["--in-memory"]),
+            Target::TwBaseMem => (
+                cli.baseline
+                    .clone()
+                    .ok_or_else(|| anyhow!("target tw-base-mem needs --baseline PATH"))?,
+                vec!["--in-memory"],
+            ),
             Target::BsF50 => (cli.beanstalkd.clone(), vec!["-b", &d]),
             Target::BsF0 => (cli.beanstalkd.clone(), vec!["-b", &d, "-f", "0"]),
             Target::BsNofsync => (cli.beanstalkd.clone(), vec!["-b", &d, "-F"]),

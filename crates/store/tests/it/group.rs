@@ -264,3 +264,69 @@ fn a_submit_around_the_committer_parking_is_never_lost() {
         "one client at a time: one commit per batch"
     );
 }
+
+/// `GroupCommit::inline`: each submit has committed its batch when it returns — visible in the
+/// store, its future ready at the first poll — from many threads at once, in one order.
+#[test]
+fn an_inline_group_commits_each_batch_before_submit_returns() {
+    use std::future::Future as _;
+    use std::task::{Context, Poll, Waker};
+
+    const THREADS: u64 = 8;
+    const PER_THREAD: u64 = 50;
+    let store = Arc::new(GroupCommit::inline(MemStore::new()));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                for i in 0..PER_THREAD {
+                    let id = t * 1000 + i;
+                    let ticket = store.submit(vec![Change::Put(ready(id, "t"))]).unwrap();
+                    // In the inner store before anybody waits.
+                    assert_eq!(store.inner().get(id).unwrap(), Some(ready(id, "t")));
+                    let mut durable = std::pin::pin!(ticket.durable());
+                    let mut cx = Context::from_waker(Waker::noop());
+                    assert!(matches!(
+                        durable.as_mut().poll(&mut cx),
+                        Poll::Ready(Ok(()))
+                    ));
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let stats = store.stats();
+    assert_eq!(stats.caller_commits, THREADS * PER_THREAD);
+    assert_eq!(stats.mutations, THREADS * PER_THREAD);
+    // Concurrent submits may share a commit, never skip one.
+    assert!(stats.store_commits >= 1 && stats.store_commits <= stats.caller_commits);
+    assert_eq!(store.inner().len() as u64, THREADS * PER_THREAD);
+}
+
+/// A failing commit in an inline group: the submit that made it gets the store's error through
+/// its ticket, every later one the poison; the batches before stay committed.
+#[test]
+fn an_inline_group_reports_a_failed_commit_through_the_ticket() {
+    use tickwheel_store::{Fault, FaultyStore};
+
+    let store = GroupCommit::inline(FaultyStore::new(MemStore::new(), Fault::Write, 1));
+    store
+        .submit(vec![Change::Put(ready(1, "t"))])
+        .unwrap()
+        .wait()
+        .unwrap();
+    let failed = store.submit(vec![Change::Put(ready(2, "t"))]).unwrap();
+    assert!(
+        matches!(failed.wait(), Err(StoreError::Io { .. })),
+        "{:?}",
+        failed.wait()
+    );
+    let later = store.submit(vec![Change::Put(ready(3, "t"))]).unwrap();
+    assert!(matches!(later.wait(), Err(StoreError::Poisoned { .. })));
+    assert!(store.poisoned().is_some());
+    assert!(store.get(1).unwrap().is_some());
+    assert!(store.get(2).unwrap().is_none());
+    assert_eq!(store.stats().store_commits, 1);
+}
