@@ -140,6 +140,11 @@ impl Section<'_> {
         let mut notes = Vec::new();
         let mut op_counts = Vec::new();
         for &peer in &self.cfg.peers {
+            if peer == Peer::Floor && label != "churn" {
+                // It fires nothing: only churn (a) checks nothing but what fires.
+                rows.push((peer, Row::Skipped("not a timer: churn (a) only".into())));
+                continue;
+            }
             let est = match estimate(peer) {
                 Estimate::Secs(secs) => Some(secs),
                 Estimate::Never => None,
@@ -542,9 +547,23 @@ fn print_targets(medians: &Medians) {
         };
         let beaten: Vec<String> = rows
             .iter()
-            .filter(|(p, v)| *p != Peer::Tickwheel && *v <= ours)
+            .filter(|(p, v)| *p != Peer::Tickwheel && *p != Peer::Floor && *v <= ours)
             .map(|(p, v)| format!("{} {v:.0} ns", p.name()))
             .collect();
+        if let Some(floor) = rows
+            .iter()
+            .find(|(p, _)| *p == Peer::Floor)
+            .map(|(_, v)| *v)
+        {
+            // The least any structure pays per op in this harness: how far below it a target lies.
+            let heap = rows.iter().find(|(p, _)| *p == Peer::Heap).map(|(_, v)| *v);
+            println!(
+                "  churn N={}: floor (slot table only) {floor:.1} ns = {:.2}x tickwheel{}",
+                fmt_n(key.1),
+                floor / ours,
+                heap.map_or(String::new(), |h| format!(", {:.2}x BinaryHeap", floor / h))
+            );
+        }
         if beaten.is_empty() {
             println!(
                 "  churn N={}: faster than every measured peer -> MET",

@@ -4,6 +4,7 @@
 
 mod btree;
 mod delay_queue;
+mod floor;
 mod hashed;
 mod heap;
 mod nexus;
@@ -11,6 +12,7 @@ mod tickwheel;
 
 pub(crate) use btree::BTreeTimer;
 pub(crate) use delay_queue::{advance_cost_ns, DelayQueueTimer};
+pub(crate) use floor::SlabFloor;
 pub(crate) use hashed::HashedWheelTimer;
 pub(crate) use heap::HeapTimer;
 pub(crate) use nexus::NexusTimer;
@@ -76,6 +78,9 @@ pub(crate) enum Peer {
     DelayQueue,
     /// A single hashed wheel, 512 one-tick slots with rounds (Netty's shape, written here).
     Hashed,
+    /// Not a timer: a slot table only, the least a churn op must touch (churn (a) only; not
+    /// in the default set).
+    Floor,
 }
 
 impl Peer {
@@ -96,6 +101,7 @@ impl Peer {
             Peer::Nexus => NexusTimer::NAME,
             Peer::DelayQueue => DelayQueueTimer::NAME,
             Peer::Hashed => HashedWheelTimer::NAME,
+            Peer::Floor => SlabFloor::NAME,
         }
     }
 
@@ -108,6 +114,7 @@ impl Peer {
             Peer::Nexus => "nexus",
             Peer::DelayQueue => "delay-queue",
             Peer::Hashed => "hashed",
+            Peer::Floor => "floor",
         }
     }
 
@@ -119,6 +126,7 @@ impl Peer {
             Peer::Nexus => NexusTimer::PEEK,
             Peer::DelayQueue => DelayQueueTimer::PEEK,
             Peer::Hashed => HashedWheelTimer::PEEK,
+            Peer::Floor => SlabFloor::PEEK,
         }
     }
 }
@@ -133,6 +141,7 @@ macro_rules! dispatch {
             $crate::peers::Peer::Nexus => $f::<$crate::peers::NexusTimer>($($arg),*),
             $crate::peers::Peer::DelayQueue => $f::<$crate::peers::DelayQueueTimer>($($arg),*),
             $crate::peers::Peer::Hashed => $f::<$crate::peers::HashedWheelTimer>($($arg),*),
+            $crate::peers::Peer::Floor => $f::<$crate::peers::SlabFloor>($($arg),*),
         }
     };
 }
