@@ -4,23 +4,14 @@
 //! back a cancelled timer's id, and ignores a stale handle, must reach a per-timer record
 //! from the handle (to check it is still pending, and to read the id), and must store the new
 //! timer's id somewhere. This "structure" does exactly that and nothing else: a slot table
-//! with generations and a LIFO free list (as the heap peer's), and no ordering by deadline at
+//! with generations and a LIFO free list (the heap peer's, [`SlotTable`]), and no ordering by deadline at
 //! all — `poll_until` fires nothing. In churn (a) the harness only checks what fires, so it
 //! runs there unchanged; the runner does not run it in any other workload. Its time per op is
 //! a floor for every peer in the same harness: the harness's own work (its slot table, the
 //! PRNG) plus one random per-timer record.
 
+use super::slots::SlotTable;
 use super::TimerImpl;
-
-const NONE: u32 = u32::MAX;
-
-#[derive(Clone, Copy)]
-struct Slot {
-    id: u64,
-    gen: u32,
-    /// Next free slot while vacant.
-    next_free: u32,
-}
 
 /// Handle: slot index and generation.
 #[derive(Clone, Copy)]
@@ -30,9 +21,7 @@ pub(crate) struct FloorHandle {
 }
 
 pub(crate) struct SlabFloor {
-    slots: Vec<Slot>,
-    free: u32,
-    live: usize,
+    slots: SlotTable,
 }
 
 impl TimerImpl for SlabFloor {
@@ -42,47 +31,22 @@ impl TimerImpl for SlabFloor {
 
     fn create(capacity: usize) -> Self {
         SlabFloor {
-            slots: Vec::with_capacity(capacity),
-            free: NONE,
-            live: 0,
+            slots: SlotTable::with_capacity(capacity),
         }
     }
 
     #[inline]
     fn insert(&mut self, _deadline: u64, id: u64) -> FloorHandle {
-        let slot = if self.free != NONE {
-            let slot = self.free;
-            let s = &mut self.slots[slot as usize];
-            self.free = s.next_free;
-            s.id = id;
-            slot
-        } else {
-            let slot = u32::try_from(self.slots.len()).expect("fewer than 2^32 slots");
-            self.slots.push(Slot {
-                id,
-                gen: 0,
-                next_free: NONE,
-            });
-            slot
-        };
-        self.live += 1;
-        FloorHandle {
-            slot,
-            gen: self.slots[slot as usize].gen,
-        }
+        let (slot, gen) = self.slots.alloc(id);
+        FloorHandle { slot, gen }
     }
 
     #[inline]
     fn cancel(&mut self, handle: FloorHandle) -> Option<u64> {
-        let s = &mut self.slots[handle.slot as usize];
-        if s.gen != handle.gen {
+        if !self.slots.is_live(handle.slot, handle.gen) {
             return None;
         }
-        s.gen = s.gen.wrapping_add(1);
-        s.next_free = self.free;
-        self.free = handle.slot;
-        self.live -= 1;
-        Some(s.id)
+        Some(self.slots.free(handle.slot))
     }
 
     fn poll_until(&mut self, _now: u64, _out: &mut Vec<u64>) {}
@@ -92,7 +56,7 @@ impl TimerImpl for SlabFloor {
     }
 
     fn len(&self) -> usize {
-        self.live
+        self.slots.len()
     }
 }
 

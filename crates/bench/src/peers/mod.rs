@@ -8,6 +8,7 @@ mod floor;
 mod hashed;
 mod heap;
 mod nexus;
+mod slots;
 mod tickwheel;
 
 pub(crate) use btree::BTreeTimer;
