@@ -235,7 +235,7 @@ impl<S: Store + 'static> GroupCommit<S> {
     }
 
     /// Queues `batch` after every batch submitted before, and returns its ticket without
-    /// waiting. An empty batch returns the ticket of the last batch submitted: it resolves
+    /// waiting (a [`GroupCommit::inline`] group commits it first). An empty batch returns the ticket of the last batch submitted: it resolves
     /// once everything submitted so far is durable.
     ///
     /// # Errors
