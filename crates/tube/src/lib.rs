@@ -18,7 +18,8 @@ use std::sync::Arc;
 /// (beanstalkd's rule).
 ///
 /// Shared, not copied: a clone (one per job put, per stored record planned, per reply that
-/// names the tube) is a reference count, and the jobs of a tube hold one copy of its name.
+/// names the tube) is a reference count, and the records made from one `TubeName` (the job
+/// engine keeps one per tube) share one copy of it.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TubeName(Arc<str>);
 
