@@ -154,7 +154,8 @@ pub struct Server {
 
 impl Server {
     /// Opens the store (creating the data directory if needed), recovers every job and starts
-    /// the store's committer thread.
+    /// the store's committer thread (on disk and on PostgreSQL; in memory each commit is made
+    /// by the command that caused it).
     ///
     /// # Errors
     ///
