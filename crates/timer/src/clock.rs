@@ -485,19 +485,17 @@ impl Counter {
     #[inline(never)]
     fn renew(&self, pair: &'static std::thread::LocalKey<std::cell::Cell<(u64, u64)>>) -> u64 {
         let mut m_a = monotonic_ns();
-        for _ in 0..2 {
+        let mut tries = 1;
+        loop {
             let c0 = self.clock.raw();
             let m0 = monotonic_ns();
-            if m0.saturating_sub(m_a) <= Counter::RENEW_BRACKET_NS {
+            if m0.saturating_sub(m_a) <= Counter::RENEW_BRACKET_NS || tries == 3 {
                 pair.set((c0, m0));
                 return m0;
             }
             m_a = m0;
+            tries += 1;
         }
-        let c0 = self.clock.raw();
-        let m0 = monotonic_ns();
-        pair.set((c0, m0));
-        m0
     }
 }
 

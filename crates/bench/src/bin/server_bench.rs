@@ -275,40 +275,23 @@ impl Server {
         let p = port.to_string();
         let (program, args): (PathBuf, Vec<&str>) = match target {
             Target::TwSync => (tickwheel_path(cli)?, vec!["-b", &d]),
-            Target::TwBaseSync => (
-                cli.baseline
-                    .clone()
-                    .ok_or_else(|| anyhow!("target tw-base-sync needs --baseline PATH"))?,
-                vec!["-b", &d],
-            ),
+            Target::TwBaseSync => (baseline_path(cli, target)?, vec!["-b", &d]),
             Target::TwF50 => (tickwheel_path(cli)?, vec!["-b", &d, "-f", "50"]),
             Target::TwNofsync => (tickwheel_path(cli)?, vec!["-b", &d, "-F"]),
             Target::TwMem => (tickwheel_path(cli)?, vec!["--in-memory"]),
-            Target::TwBaseMem => (
-                cli.baseline
-                    .clone()
-                    .ok_or_else(|| anyhow!("target tw-base-mem needs --baseline PATH"))?,
-                vec!["--in-memory"],
-            ),
+            Target::TwBaseMem => (baseline_path(cli, target)?, vec!["--in-memory"]),
             Target::BsF50 => (cli.beanstalkd.clone(), vec!["-b", &d]),
             Target::BsF0 => (cli.beanstalkd.clone(), vec!["-b", &d, "-f", "0"]),
             Target::BsNofsync => (cli.beanstalkd.clone(), vec!["-b", &d, "-F"]),
             Target::BsMem => (cli.beanstalkd.clone(), vec![]),
             Target::TwPg => (tickwheel_path(cli)?, vec!["--postgres", pg_url]),
-            Target::TwBasePg => (
-                cli.baseline
-                    .clone()
-                    .ok_or_else(|| anyhow!("target tw-base-pg needs --baseline PATH"))?,
-                vec!["--postgres", pg_url],
-            ),
+            Target::TwBasePg => (baseline_path(cli, target)?, vec!["--postgres", pg_url]),
             Target::TwPgAa1 | Target::TwPgAa2 | Target::TwPgAa3 => (
                 tickwheel_path(cli)?,
                 vec!["--postgres", pg_url, "--postgres-mode", "active-active"],
             ),
             Target::TwBasePgAa1 | Target::TwBasePgAa3 => (
-                cli.baseline
-                    .clone()
-                    .ok_or_else(|| anyhow!("target tw-base-pg-aa* needs --baseline PATH"))?,
+                baseline_path(cli, target)?,
                 vec!["--postgres", pg_url, "--postgres-mode", "active-active"],
             ),
         };
@@ -382,6 +365,16 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The `--baseline` build, which the `tw-base-*` target `target` runs.
+fn baseline_path(cli: &Cli, target: Target) -> anyhow::Result<PathBuf> {
+    cli.baseline.clone().ok_or_else(|| {
+        let name = target
+            .to_possible_value()
+            .map_or_else(String::new, |v| v.get_name().to_owned());
+        anyhow!("target {name} needs --baseline PATH")
+    })
 }
 
 fn tickwheel_path(cli: &Cli) -> anyhow::Result<PathBuf> {
