@@ -519,6 +519,12 @@ impl Node {
     /// Database errors. After a broken connection the outcome is unknown: a claim that did
     /// commit is released by its lease's expiry.
     pub fn claim(&self, wanted: &[(JobId, i64)]) -> Result<Claims, PgError> {
+        // Rows are locked in id order, whatever order the caller asks in: two nodes claiming
+        // overlapping ids in different orders would otherwise wait on each other's row locks
+        // until PostgreSQL aborts one claim as a deadlock. Stable: an id's askers keep their
+        // order.
+        let mut wanted = wanted.to_vec();
+        wanted.sort_by_key(|(id, _)| *id);
         let ids: Vec<i64> = wanted.iter().map(|(id, _)| big(*id)).collect();
         let holders: Vec<i64> = wanted.iter().map(|(_, h)| *h).collect();
         let rows = self.run(&self.sql.claim, |c, st| c.query(st, &[&ids, &holders]))?;
