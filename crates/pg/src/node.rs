@@ -585,8 +585,11 @@ impl Node {
     ///
     /// Database errors.
     pub fn delete_many(&self, wanted: &[(JobId, i64)]) -> Result<Vec<bool>, PgError> {
-        let ids: Vec<i64> = wanted.iter().map(|(id, _)| big(*id)).collect();
-        let holders: Vec<i64> = wanted.iter().map(|(_, h)| *h).collect();
+        // In id order, as `claim` locks them (see there); the answer is matched back by pair.
+        let mut sorted = wanted.to_vec();
+        sorted.sort_by_key(|(id, _)| *id);
+        let ids: Vec<i64> = sorted.iter().map(|(id, _)| big(*id)).collect();
+        let holders: Vec<i64> = sorted.iter().map(|(_, h)| *h).collect();
         let rows = self.run(&self.sql.delete_many, |c, st| {
             c.query(st, &[&ids, &holders])
         })?;
