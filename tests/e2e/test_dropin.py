@@ -8,10 +8,15 @@
 * Unix sockets, with and without -b, through a raw connection and through greenstalk.
 * -f MS and -F: accepted, and what was acknowledged survives a graceful restart and a SIGKILL
   (both modes promise to survive a crash of the process, not a power cut).
+* -u USER: both servers bind first (a port below 1024 works when started as root), then become
+  USER, then open -b DIR, whose files belong to USER; an unknown user exits with beanstalkd's
+  status. We take USER's own supplementary groups where beanstalkd keeps root's.
 * --version names the commit the binary was built from.
 """
 
+import grp
 import os
+import pwd
 import re
 import signal
 import socket
@@ -22,7 +27,8 @@ import time
 import greenstalk
 import pytest
 
-from conftest import REPO, ServerProcess, free_port, tickwheel_bin, tickwheel_process
+from conftest import (REPO, ServerProcess, beanstalkd_bin, free_port, tickwheel_bin,
+                      tickwheel_process)
 from rawproto import Conn
 
 
@@ -261,6 +267,95 @@ def test_fsync_flags_are_reported_in_the_log(workdir):
             assert lines and f"durability={word}" in lines[-1], lines
         finally:
             server.close()
+
+
+# --- -u USER -------------------------------------------------------------------------------
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+
+
+def proc_ids(pid):
+    """Uid, Gid (real, effective, saved, fs) and Groups of a process."""
+    ids = {}
+    with open(f"/proc/{pid}/status", encoding="utf-8") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("Uid", "Gid", "Groups"):
+                ids[key] = [int(v) for v in value.split()]
+    return ids
+
+
+def free_low_port():
+    for port in range(1023, 600, -1):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    pytest.skip("no free port below 1024 on 127.0.0.1")
+
+
+def wait_accepting(proc, port, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise AssertionError(f"exited with {proc.returncode}: {proc.stderr.read()!r}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+@root_only
+def test_u_binds_a_low_port_then_becomes_the_user_like_beanstalkd(workdir):
+    nobody = pwd.getpwnam("nobody")
+    os.chmod(workdir, 0o755)
+    seen = {}
+    for name, binary in (("tickwheel", tickwheel_bin()), ("beanstalkd", beanstalkd_bin())):
+        data = os.path.join(workdir, name)
+        os.mkdir(data)
+        os.chown(data, nobody.pw_uid, nobody.pw_gid)
+        port = free_low_port()
+        proc = subprocess.Popen(
+            [binary, "-u", "nobody", "-l", "127.0.0.1", "-p", str(port), "-b", data],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            wait_accepting(proc, port)
+            c = Conn(port)
+            jid = c.put("kept by nobody")
+            assert c.cmd(f"peek {jid}") == (b"FOUND %d 14" % jid, b"kept by nobody"), name
+            c.close()
+            seen[name] = proc_ids(proc.pid)
+            files = [os.path.join(d, f) for d, _, fs in os.walk(data) for f in fs]
+            assert files, name
+            owners = {(os.stat(f).st_uid, os.stat(f).st_gid) for f in files}
+            assert owners == {(nobody.pw_uid, nobody.pw_gid)}, (name, owners)
+        finally:
+            proc.kill()
+            proc.wait()
+            proc.stderr.close()
+    for name, ids in seen.items():
+        assert ids["Uid"] == [nobody.pw_uid] * 4, (name, ids)
+        assert ids["Gid"] == [nobody.pw_gid] * 4, (name, ids)
+    # The one deliberate difference: USER's own groups, not root's.
+    assert sorted(seen["tickwheel"]["Groups"]) == sorted(
+        set(os.getgrouplist("nobody", nobody.pw_gid))), seen
+    assert 0 not in seen["tickwheel"]["Groups"] or "nobody" in grp.getgrgid(0).gr_mem, seen
+
+
+def test_u_with_an_unknown_user_exits_as_beanstalkd_does(workdir):
+    codes = {}
+    for name, binary in (("tickwheel", tickwheel_bin()), ("beanstalkd", beanstalkd_bin())):
+        out = subprocess.run(
+            [binary, "-u", "no-such-user-tw", "-l", "127.0.0.1", "-p", str(free_port())],
+            stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+        codes[name] = out.returncode
+        assert b"no-such-user-tw" in out.stderr, (name, out.stderr)
+    assert codes["tickwheel"] == codes["beanstalkd"] == 33, codes
 
 
 # --- --version -----------------------------------------------------------------------------

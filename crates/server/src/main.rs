@@ -99,6 +99,12 @@ struct Args {
     /// own files.
     #[arg(short = 's', value_name = "BYTES")]
     binlog_size: Option<u64>,
+    /// Become USER once the listening sockets are bound (so a port below 1024 works when
+    /// started as root) and before DIR is opened (so its files belong to USER), as beanstalkd
+    /// does. USER's own supplementary groups replace the starting user's (beanstalkd keeps
+    /// root's). Exits with 33 if there is no such user, 34 if the switch is refused.
+    #[arg(short = 'u', value_name = "USER")]
+    user: Option<String>,
     /// Serve the HTTP/JSON API, /metrics and health checks on ADDR (host:port, e.g.
     /// 127.0.0.1:11380). Off by default. A non-loopback ADDR needs --http-token.
     #[arg(long, value_name = "ADDR")]
@@ -205,12 +211,51 @@ fn main() -> anyhow::Result<()> {
         .thread_name("tickwheel-io")
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(serve(args.listen, args.port, config, http))
+    runtime.block_on(serve(args.listen, args.port, args.user, config, http))
+}
+
+/// Why [`become_user`] failed: beanstalkd's exit status for it, and the message.
+struct SuFailure {
+    status: i32,
+    message: String,
+}
+
+/// Switches the process to user `name`: its supplementary groups (when we may set them,
+/// i.e. as root), its primary group, then its user id. glibc applies each to every thread of
+/// the process.
+fn become_user(name: &str) -> Result<(), SuFailure> {
+    use nix::unistd::{initgroups, setgid, setuid, Uid, User};
+    let fail = |status, message: String| SuFailure { status, message };
+    let user = match User::from_name(name) {
+        Ok(Some(user)) => user,
+        Ok(None) => return Err(fail(33, format!("-u {name}: no such user"))),
+        Err(e) => return Err(fail(32, format!("-u {name}: cannot look the user up: {e}"))),
+    };
+    if Uid::effective().is_root() {
+        let cname = std::ffi::CString::new(name)
+            .map_err(|_| fail(33, format!("-u {name}: no such user")))?;
+        initgroups(&cname, user.gid)
+            .map_err(|e| fail(34, format!("-u {name}: cannot take the user's groups: {e}")))?;
+    }
+    setgid(user.gid).map_err(|e| {
+        fail(
+            34,
+            format!("-u {name}: cannot become group {}: {e}", user.gid),
+        )
+    })?;
+    setuid(user.uid).map_err(|e| {
+        fail(
+            34,
+            format!("-u {name}: cannot become user {}: {e}", user.uid),
+        )
+    })?;
+    Ok(())
 }
 
 async fn serve(
     listen: String,
     port: u16,
+    user: Option<String>,
     config: Config,
     http: Option<(String, tickwheel_server::HttpOptions)>,
 ) -> anyhow::Result<()> {
@@ -244,12 +289,29 @@ async fn serve(
         }
         None => None,
     };
+    // With -u the listener is bound before the switch, as beanstalkd binds before it drops
+    // root; without, after the recovery, so that a client connects only once it is served.
+    let early = match &user {
+        Some(name) => {
+            let listener = Listener::bind(&addr).await?;
+            if let Err(e) = become_user(name) {
+                eprintln!("Error: {}", e.message);
+                std::process::exit(e.status);
+            }
+            tracing::info!(user = %name, "switched user");
+            Some(listener)
+        }
+        None => None,
+    };
     let server = Server::open(&config)?;
     let http_task = http.map(|(handle, task)| {
         server.attach_http(&handle);
         task
     });
-    let listener = Listener::bind(&addr).await?;
+    let listener = match early {
+        Some(listener) => listener,
+        None => Listener::bind(&addr).await?,
+    };
     tracing::info!(
         %addr,
         data_dir = ?config.data_dir,
