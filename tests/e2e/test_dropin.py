@@ -11,6 +11,8 @@
 * -u USER: both servers bind first (a port below 1024 works when started as root), then become
   USER, then open -b DIR, whose files belong to USER; an unknown user exits with beanstalkd's
   status. We take USER's own supplementary groups where beanstalkd keeps root's.
+* Socket activation (systemd's LISTEN_FDS/LISTEN_PID): both servers serve on the passed TCP or
+  Unix socket and ignore -l/-p.
 * --version names the commit the binary was built from.
 """
 
@@ -21,6 +23,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -356,6 +359,58 @@ def test_u_with_an_unknown_user_exits_as_beanstalkd_does(workdir):
         codes[name] = out.returncode
         assert b"no-such-user-tw" in out.stderr, (name, out.stderr)
     assert codes["tickwheel"] == codes["beanstalkd"] == 33, codes
+
+
+# --- socket activation (LISTEN_FDS) ---------------------------------------------------------
+
+def activated(binary, sock, extra):
+    """Starts `binary` as systemd would: `sock` as fd 3, LISTEN_FDS=1 and LISTEN_PID naming
+    the process itself (a small launcher that execs the server keeps its pid)."""
+    launcher = ("import os, sys; os.dup2(int(sys.argv[1]), 3); "
+                "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='1'); "
+                "os.execv(sys.argv[2], sys.argv[2:])")
+    fd = sock.fileno()
+    return subprocess.Popen([sys.executable, "-c", launcher, str(fd), binary, *extra],
+                            pass_fds=(fd,), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+@pytest.mark.parametrize("family", ["tcp", "unix"])
+def test_socket_activation_serves_on_the_passed_socket_like_beanstalkd(workdir, family):
+    # -l/-p name a port somebody else holds: binding it would fail, so serving proves the
+    # passed socket was used instead.
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = str(squatter.getsockname()[1])
+    answers = {}
+    try:
+        for name, binary in (("tickwheel", tickwheel_bin()), ("beanstalkd", beanstalkd_bin())):
+            if family == "tcp":
+                sock = socket.socket()
+                sock.bind(("127.0.0.1", 0))
+                where = sock.getsockname()
+            else:
+                where = os.path.join(workdir, f"{name}.sock")
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.bind(where)
+            sock.listen()
+            proc = activated(binary, sock, ["-l", "127.0.0.1", "-p", taken])
+            sock.close()  # the server holds its own copy
+            try:
+                conn = (Conn(where[1]) if family == "tcp" else UnixConn(where))
+                jid = conn.put("activated")
+                answers[name] = (jid, conn.cmd(f"peek {jid}"), conn.cmd("list-tubes"))
+                conn.close()
+                assert proc.poll() is None, proc.stderr.read()
+            finally:
+                proc.kill()
+                proc.wait()
+                proc.stderr.close()
+    finally:
+        squatter.close()
+    assert answers["tickwheel"] == answers["beanstalkd"], answers
+    assert answers["tickwheel"][1] == (b"FOUND 1 9", b"activated"), answers
 
 
 # --- --version -----------------------------------------------------------------------------

@@ -202,6 +202,9 @@ fn main() -> anyhow::Result<()> {
         }
         None => None,
     };
+    // Before any thread starts: taking the sockets clears LISTEN_FDS/LISTEN_PID from the
+    // environment.
+    let inherited = inherited_listener()?;
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.io_threads {
         runtime.worker_threads(usize::from(threads));
@@ -211,7 +214,66 @@ fn main() -> anyhow::Result<()> {
         .thread_name("tickwheel-io")
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(serve(args.listen, args.port, args.user, config, http))
+    runtime.block_on(serve(
+        args.listen,
+        args.port,
+        inherited,
+        args.user,
+        config,
+        http,
+    ))
+}
+
+/// A listening socket passed by the service manager.
+enum Inherited {
+    Tcp(std::net::TcpListener),
+    Unix(std::os::unix::net::UnixListener),
+}
+
+/// The first socket passed by systemd socket activation (`LISTEN_FDS`, for this process by
+/// `LISTEN_PID`), used instead of `-l`/`-p` as beanstalkd does; further ones are ignored
+/// with a warning, as there.
+///
+/// # Errors
+///
+/// The first passed descriptor is not a listening TCP or Unix stream socket.
+fn inherited_listener() -> anyhow::Result<Option<Inherited>> {
+    let mut fds = listenfd::ListenFd::from_env();
+    if fds.len() == 0 {
+        return Ok(None);
+    }
+    if fds.len() > 1 {
+        tracing::warn!(
+            passed = fds.len(),
+            "inherited more than one listening socket; using the first only"
+        );
+    }
+    if let Ok(Some(tcp)) = fds.take_tcp_listener(0) {
+        return Ok(Some(Inherited::Tcp(tcp)));
+    }
+    match fds.take_unix_listener(0) {
+        Ok(Some(unix)) => Ok(Some(Inherited::Unix(unix))),
+        Ok(None) => Ok(None),
+        Err(e) => Err(anyhow::anyhow!(
+            "the socket passed by the service manager (LISTEN_FDS) is not a TCP or Unix stream socket: {e}"
+        )),
+    }
+}
+
+impl Inherited {
+    /// The socket as the server's listener (inside the runtime).
+    fn into_listener(self) -> anyhow::Result<Listener> {
+        Ok(match self {
+            Inherited::Tcp(l) => {
+                l.set_nonblocking(true)?;
+                Listener::Tcp(tokio::net::TcpListener::from_std(l)?)
+            }
+            Inherited::Unix(l) => {
+                l.set_nonblocking(true)?;
+                Listener::Unix(tokio::net::UnixListener::from_std(l)?)
+            }
+        })
+    }
 }
 
 /// Why [`become_user`] failed: beanstalkd's exit status for it, and the message.
@@ -255,6 +317,7 @@ fn become_user(name: &str) -> Result<(), SuFailure> {
 async fn serve(
     listen: String,
     port: u16,
+    inherited: Option<Inherited>,
     user: Option<String>,
     config: Config,
     http: Option<(String, tickwheel_server::HttpOptions)>,
@@ -291,9 +354,21 @@ async fn serve(
     };
     // With -u the listener is bound before the switch, as beanstalkd binds before it drops
     // root; without, after the recovery, so that a client connects only once it is served.
-    let early = match &user {
+    // A socket passed by the service manager is bound already.
+    let mut early = match inherited {
+        Some(inherited) => {
+            let listener = inherited.into_listener()?;
+            tracing::info!("listening on the socket passed by the service manager (LISTEN_FDS); -l and -p do not apply");
+            Some(listener)
+        }
+        None => None,
+    };
+    early = match &user {
         Some(name) => {
-            let listener = Listener::bind(&addr).await?;
+            let listener = match early {
+                Some(listener) => listener,
+                None => Listener::bind(&addr).await?,
+            };
             if let Err(e) = become_user(name) {
                 eprintln!("Error: {}", e.message);
                 std::process::exit(e.status);
@@ -301,7 +376,7 @@ async fn serve(
             tracing::info!(user = %name, "switched user");
             Some(listener)
         }
-        None => None,
+        None => early,
     };
     let server = Server::open(&config)?;
     let http_task = http.map(|(handle, task)| {
@@ -312,6 +387,8 @@ async fn serve(
         Some(listener) => listener,
         None => Listener::bind(&addr).await?,
     };
+    // The bound address (an inherited socket's, or the port -p 0 picked).
+    let addr = listener.local_addr().map_or(addr, |a| a.to_string());
     tracing::info!(
         %addr,
         data_dir = ?config.data_dir,
