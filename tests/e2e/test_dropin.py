@@ -13,6 +13,8 @@
   status. We take USER's own supplementary groups where beanstalkd keeps root's.
 * Socket activation (systemd's LISTEN_FDS/LISTEN_PID): both servers serve on the passed TCP or
   Unix socket and ignore -l/-p.
+* -z: the same max-job-size for the same flag, 1 GiB at most (larger values are lowered, with
+  the same warning).
 * --version names the commit the binary was built from.
 """
 
@@ -30,8 +32,8 @@ import time
 import greenstalk
 import pytest
 
-from conftest import (REPO, ServerProcess, beanstalkd_bin, free_port, tickwheel_bin,
-                      tickwheel_process)
+from conftest import (REPO, ServerProcess, beanstalkd_bin, beanstalkd_process, free_port,
+                      tickwheel_bin, tickwheel_process)
 from rawproto import Conn
 
 
@@ -411,6 +413,32 @@ def test_socket_activation_serves_on_the_passed_socket_like_beanstalkd(workdir, 
         squatter.close()
     assert answers["tickwheel"] == answers["beanstalkd"], answers
     assert answers["tickwheel"][1] == (b"FOUND 1 9", b"activated"), answers
+
+
+# --- -z -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("size", ["0", "100", "1073741824", "2000000000"])
+def test_z_gives_the_same_max_job_size(workdir, size):
+    seen = {}
+    for name, make in (("tickwheel", lambda: ServerProcess(
+            lambda port: [tickwheel_bin(), "-l", "127.0.0.1", "-p", str(port), "-z", size],
+            f"tw-z{size}", workdir)), ("beanstalkd", lambda: beanstalkd_process(
+                workdir, ["-z", size]))):
+        server = make()
+        try:
+            server.start()
+            c = Conn(server.port)
+            _, body = c.cmd("stats")
+            c.close()
+            line = [ln for ln in body.decode().splitlines() if ln.startswith("max-job-size:")]
+            seen[name] = line
+            server.stop()
+            log = log_text(server)
+            seen[name + " warns"] = "maximum job size was set to 1073741824" in log
+        finally:
+            server.close()
+    assert seen["tickwheel"] == seen["beanstalkd"], seen
+    assert seen["tickwheel warns"] == seen["beanstalkd warns"] == (size == "2000000000"), seen
 
 
 # --- --version -----------------------------------------------------------------------------

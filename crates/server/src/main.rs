@@ -92,7 +92,8 @@ struct Args {
         requires = "postgres"
     )]
     postgres_mode: PgMode,
-    /// Maximum job size in bytes.
+    /// Maximum job size in bytes (at most 1073741824: larger values are lowered to it, as
+    /// beanstalkd does).
     #[arg(short = 'z', value_name = "BYTES", default_value_t = 65_535)]
     max_job_size: usize,
     /// Accepted for compatibility with beanstalkd (binlog file size); the store manages its
@@ -129,6 +130,9 @@ struct Args {
     #[arg(short = 'V', action = clap::ArgAction::Count)]
     verbose: u8,
 }
+
+/// The largest `-z` (1 GiB, beanstalkd's `JOB_DATA_SIZE_LIMIT_MAX`).
+const MAX_JOB_SIZE_LIMIT: usize = 1_073_741_824;
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -168,10 +172,16 @@ fn main() -> anyhow::Result<()> {
         }),
         None => None,
     };
+    let max_job_size = if args.max_job_size > MAX_JOB_SIZE_LIMIT {
+        tracing::warn!("maximum job size was set to {MAX_JOB_SIZE_LIMIT}");
+        MAX_JOB_SIZE_LIMIT
+    } else {
+        args.max_job_size
+    };
     let config = Config {
         data_dir: if args.in_memory { None } else { args.data_dir },
         durability,
-        max_job_size: args.max_job_size,
+        max_job_size,
         window: (args.window_secs > 0).then(|| args.window_secs.saturating_mul(1000)),
         clock: std::sync::Arc::new(SystemClock),
         min_free_bytes: args.min_free_space,
@@ -194,7 +204,7 @@ fn main() -> anyhow::Result<()> {
             let options = tickwheel_server::HttpOptions {
                 token,
                 // A body in base64 takes 4/3 of its size, plus the JSON around it.
-                max_body: args.max_job_size.saturating_mul(4) / 3 + 16 * 1024,
+                max_body: max_job_size.saturating_mul(4) / 3 + 16 * 1024,
                 rate_per_sec: args.http_rate,
                 rate_burst: args.http_rate.saturating_mul(2),
             };
