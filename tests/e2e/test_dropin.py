@@ -13,6 +13,8 @@
   status. We take USER's own supplementary groups where beanstalkd keeps root's.
 * Socket activation (systemd's LISTEN_FDS/LISTEN_PID): both servers serve on the passed TCP or
   Unix socket and ignore -l/-p.
+* Exit statuses as beanstalkd's: 5 for a bad command line, 111 for a socket that cannot be
+  listened on, 10 for a data directory another server holds, 0 for -h.
 * -z: the same max-job-size for the same flag, 1 GiB at most (larger values are lowered, with
   the same warning).
 * --version names the commit the binary was built from.
@@ -169,7 +171,7 @@ def test_a_second_server_on_the_same_directory_exits_at_once(workdir):
             [tickwheel_bin(), "-l", "127.0.0.1", "-p", str(free_port()), "-b", data],
             stdin=subprocess.DEVNULL, capture_output=True, timeout=30,
         )
-        assert second.returncode != 0
+        assert second.returncode == 10, second  # beanstalkd's status for a locked dir
         stderr = second.stderr.decode("utf-8", "replace")
         assert f"{data} is in use by pid {first.proc.pid}" in stderr, stderr
         # The first is unaffected.
@@ -413,6 +415,56 @@ def test_socket_activation_serves_on_the_passed_socket_like_beanstalkd(workdir, 
         squatter.close()
     assert answers["tickwheel"] == answers["beanstalkd"], answers
     assert answers["tickwheel"][1] == (b"FOUND 1 9", b"activated"), answers
+
+
+# --- exit statuses -------------------------------------------------------------------------
+
+def test_start_up_failures_exit_with_beanstalkds_statuses(workdir):
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = str(squatter.getsockname()[1])
+    missing = os.path.join(workdir, "no", "such", "dir", "s.sock")
+    cases = {
+        "port in use": ["-l", "127.0.0.1", "-p", taken],
+        "unix socket in a missing directory": ["-l", "unix:" + missing],
+        "unknown flag": ["-x"],
+        "flag without its value": ["-b"],
+        "not a number": ["-z", "lots"],
+        "help": ["-h"],
+    }
+    try:
+        for what, args in cases.items():
+            codes = {}
+            for name, binary in (("tickwheel", tickwheel_bin()), ("beanstalkd", beanstalkd_bin())):
+                out = subprocess.run([binary, *args], stdin=subprocess.DEVNULL,
+                                     capture_output=True, timeout=30)
+                codes[name] = out.returncode
+            assert codes["tickwheel"] == codes["beanstalkd"], (what, codes)
+    finally:
+        squatter.close()
+
+
+def test_a_data_directory_in_use_exits_10_like_beanstalkd(workdir):
+    codes = {}
+    for name, binary in (("tickwheel", tickwheel_bin()), ("beanstalkd", beanstalkd_bin())):
+        data = os.path.join(workdir, name)
+        os.mkdir(data)
+        port = free_port()
+        first = subprocess.Popen([binary, "-l", "127.0.0.1", "-p", str(port), "-b", data],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE)
+        try:
+            wait_accepting(first, port)
+            second = subprocess.run(
+                [binary, "-l", "127.0.0.1", "-p", str(free_port()), "-b", data],
+                stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+            codes[name] = second.returncode
+        finally:
+            first.kill()
+            first.wait()
+            first.stderr.close()
+    assert codes == {"tickwheel": 10, "beanstalkd": 10}, codes
 
 
 # --- -z -------------------------------------------------------------------------------------

@@ -134,8 +134,58 @@ struct Args {
 /// The largest `-z` (1 GiB, beanstalkd's `JOB_DATA_SIZE_LIMIT_MAX`).
 const MAX_JOB_SIZE_LIMIT: usize = 1_073_741_824;
 
+/// Exit statuses shared with beanstalkd, so that scripts and service managers that act on
+/// them see the same failure: a bad command line, a socket that cannot be listened on, a data
+/// directory held by another server. Any other start-up failure exits with 1.
+const USAGE_STATUS: i32 = 5;
+const LISTEN_STATUS: i32 = 111;
+const DATA_DIR_IN_USE_STATUS: i32 = 10;
+
+/// A start-up failure and its exit status.
+struct Failure {
+    status: i32,
+    error: anyhow::Error,
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(error: anyhow::Error) -> Self {
+        Failure { status: 1, error }
+    }
+}
+
+impl Failure {
+    fn listen(error: anyhow::Error) -> Self {
+        Failure {
+            status: LISTEN_STATUS,
+            error,
+        }
+    }
+
+    /// Opening the store failed: because another server holds the directory, or otherwise.
+    fn open(error: anyhow::Error) -> Self {
+        let in_use = error.chain().any(|cause| {
+            matches!(
+                cause.downcast_ref::<tickwheel_store::StoreError>(),
+                Some(tickwheel_store::StoreError::InUse { .. })
+            )
+        });
+        Failure {
+            status: if in_use { DATA_DIR_IN_USE_STATUS } else { 1 },
+            error,
+        }
+    }
+}
+
 fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(e) => {
+            // --help prints to stdout and succeeds; a usage error exits with beanstalkd's 5.
+            let status = if e.use_stderr() { USAGE_STATUS } else { 0 };
+            let _ = e.print();
+            std::process::exit(status);
+        }
+    };
     if args.version {
         println!(
             "tickwheel-server {} (commit {})",
@@ -224,14 +274,19 @@ fn main() -> anyhow::Result<()> {
         .thread_name("tickwheel-io")
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(serve(
+    let served = runtime.block_on(serve(
         args.listen,
         args.port,
         inherited,
         args.user,
         config,
         http,
-    ))
+    ));
+    if let Err(failure) = served {
+        eprintln!("Error: {:?}", failure.error);
+        std::process::exit(failure.status);
+    }
+    Ok(())
 }
 
 /// A listening socket passed by the service manager.
@@ -331,7 +386,7 @@ async fn serve(
     user: Option<String>,
     config: Config,
     http: Option<(String, tickwheel_server::HttpOptions)>,
-) -> anyhow::Result<()> {
+) -> Result<(), Failure> {
     let addr = if listen.starts_with("unix:") {
         listen
     } else if listen.contains(':') && !listen.starts_with('[') {
@@ -355,8 +410,11 @@ async fn serve(
     // The HTTP listener first: /healthz answers and /readyz says 503 during a long recovery.
     let http = match http {
         Some((http_addr, options)) => {
-            let http = tickwheel_server::HttpServer::bind(&http_addr, options).await?;
-            tracing::info!(addr = %http.local_addr()?, "HTTP API listening");
+            let http = tickwheel_server::HttpServer::bind(&http_addr, options)
+                .await
+                .map_err(Failure::listen)?;
+            let bound = http.local_addr().map_err(|e| Failure::listen(e.into()))?;
+            tracing::info!(addr = %bound, "HTTP API listening");
             let handle = http.handle();
             Some((handle, tokio::spawn(http.run(shutdown.clone()))))
         }
@@ -367,7 +425,7 @@ async fn serve(
     // A socket passed by the service manager is bound already.
     let mut early = match inherited {
         Some(inherited) => {
-            let listener = inherited.into_listener()?;
+            let listener = inherited.into_listener().map_err(Failure::listen)?;
             tracing::info!("listening on the socket passed by the service manager (LISTEN_FDS); -l and -p do not apply");
             Some(listener)
         }
@@ -377,7 +435,7 @@ async fn serve(
         Some(name) => {
             let listener = match early {
                 Some(listener) => listener,
-                None => Listener::bind(&addr).await?,
+                None => Listener::bind(&addr).await.map_err(Failure::listen)?,
             };
             if let Err(e) = become_user(name) {
                 eprintln!("Error: {}", e.message);
@@ -388,14 +446,14 @@ async fn serve(
         }
         None => early,
     };
-    let server = Server::open(&config)?;
+    let server = Server::open(&config).map_err(Failure::open)?;
     let http_task = http.map(|(handle, task)| {
         server.attach_http(&handle);
         task
     });
     let listener = match early {
         Some(listener) => listener,
-        None => Listener::bind(&addr).await?,
+        None => Listener::bind(&addr).await.map_err(Failure::listen)?,
     };
     // The bound address (an inherited socket's, or the port -p 0 picked).
     let addr = listener.local_addr().map_or(addr, |a| a.to_string());
