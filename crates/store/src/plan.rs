@@ -3,18 +3,58 @@
 //! A batch may touch one job several times (put, then update, then delete); what is written is
 //! the job's final state, and the indexes change by the difference between its state before
 //! the batch and after it.
+//!
+//! Of the state before, the indexes need only where the job was ([`Prior`]): a job the batch
+//! first touches with a delete is located ([`plan`]'s `locate`), not read back, since nothing
+//! of its record is written again; a job first touched by an update is read whole (the update
+//! rewrites its record).
 
 use std::collections::BTreeMap;
 
-use tickwheel_queue::{Change, JobId, JobRecord};
+use tickwheel_queue::{Change, JobId, JobRecord, TubeName};
 
-use crate::record::ids_reserved;
+use crate::record::{ids_reserved, until};
 use crate::StoreError;
+
+/// Where a job was before a batch: what the indexes need to drop it or move it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Prior {
+    /// Ready or buried: in the resident table.
+    Resident,
+    /// Delayed until `until` (ms): in the due table, counted in its tube's delayed count.
+    Due {
+        /// When it becomes ready.
+        until: u64,
+        /// Its tube (for the delayed count).
+        tube: TubeName,
+    },
+}
+
+impl Prior {
+    /// Where `r` is stored.
+    pub(crate) fn of(r: &JobRecord) -> Prior {
+        match until(r) {
+            None => Prior::Resident,
+            Some(until) => Prior::Due {
+                until,
+                tube: r.tube.clone(),
+            },
+        }
+    }
+
+    /// The job's due time, if delayed.
+    pub(crate) fn until(&self) -> Option<u64> {
+        match self {
+            Prior::Resident => None,
+            Prior::Due { until, .. } => Some(*until),
+        }
+    }
+}
 
 /// A job's state before and after a batch (`None`: absent).
 #[derive(Debug)]
 pub(crate) struct JobDiff {
-    pub(crate) old: Option<JobRecord>,
+    pub(crate) old: Option<Prior>,
     pub(crate) new: Option<JobRecord>,
 }
 
@@ -29,14 +69,17 @@ pub(crate) struct Plan {
     pub(crate) put_end: Option<JobId>,
 }
 
-/// Plans `batch`, reading each job's state before the batch with `lookup` (once per job).
+/// Plans `batch`. Each job's state before the batch is asked for once: with `locate` (where
+/// it is, if it exists) when the batch first deletes it, else with `lookup` (its record, if it
+/// exists).
 ///
 /// # Errors
 ///
-/// Whatever `lookup` returns.
+/// Whatever `lookup` or `locate` returns.
 pub(crate) fn plan(
     batch: &[Change],
     mut lookup: impl FnMut(JobId) -> Result<Option<JobRecord>, StoreError>,
+    mut locate: impl FnMut(JobId) -> Result<Option<Prior>, StoreError>,
 ) -> Result<Plan, StoreError> {
     let mut p = Plan {
         id_end: ids_reserved(batch),
@@ -49,11 +92,20 @@ pub(crate) fn plan(
         let change = match p.changes.entry(id) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => {
-                let old = lookup(id)?;
-                e.insert(JobDiff {
-                    new: old.clone(),
-                    old,
-                })
+                let diff = if let Change::Delete { .. } = m {
+                    // Deleted first: its record is not needed, only where it was.
+                    JobDiff {
+                        old: locate(id)?,
+                        new: None,
+                    }
+                } else {
+                    let new = lookup(id)?;
+                    JobDiff {
+                        old: new.as_ref().map(Prior::of),
+                        new,
+                    }
+                };
+                e.insert(diff)
             }
         };
         match m {
@@ -76,4 +128,69 @@ pub(crate) fn plan(
         }
     }
     Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use tickwheel_queue::DurableState;
+
+    use super::*;
+
+    fn record(id: JobId, state: DurableState) -> JobRecord {
+        JobRecord {
+            id,
+            tube: TubeName::new("t").expect("a valid name"),
+            priority: 1,
+            ttr: 1_000,
+            state,
+            created: 0,
+            body: Bytes::from_static(b"body"),
+            idempotency_key: None,
+        }
+    }
+
+    #[test]
+    fn a_job_deleted_first_is_located_and_one_updated_first_is_read() {
+        let delayed = DurableState::Delayed { until: 50 };
+        let batch = [
+            Change::Delete { id: 1 },
+            Change::Delete { id: 2 },
+            Change::Update {
+                id: 3,
+                state: DurableState::Buried,
+                priority: 7,
+            },
+            Change::Delete { id: 4 },
+        ];
+        let mut looked_up = Vec::new();
+        let mut located = Vec::new();
+        let p = plan(
+            &batch,
+            |id| {
+                looked_up.push(id);
+                Ok(Some(record(id, delayed)))
+            },
+            |id| {
+                located.push(id);
+                Ok(match id {
+                    1 => Some(Prior::Resident),
+                    2 => Some(Prior::of(&record(2, delayed))),
+                    _ => None,
+                })
+            },
+        )
+        .expect("the closures do not fail");
+        assert_eq!(looked_up, vec![3], "only the updated job's record is read");
+        assert_eq!(located, vec![1, 2, 4]);
+        let diff = |id| p.changes.get(&id).expect("every job is planned");
+        assert_eq!(diff(1).old, Some(Prior::Resident));
+        assert_eq!(diff(1).new, None);
+        assert_eq!(diff(2).old.as_ref().and_then(Prior::until), Some(50));
+        assert_eq!(diff(4).old, None);
+        assert_eq!(diff(3).old.as_ref().and_then(Prior::until), Some(50));
+        let three = diff(3).new.as_ref().expect("updated, not deleted");
+        assert_eq!((three.state, three.priority), (DurableState::Buried, 7));
+        assert_eq!(three.body, Bytes::from_static(b"body"));
+    }
 }

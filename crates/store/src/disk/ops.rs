@@ -12,7 +12,7 @@ use crate::wal::codec::encode_changes;
 use crate::wal::{encode_record, Room};
 use tickwheel_queue::{Change, JobId, JobRecord, TubeName};
 
-use crate::plan::plan;
+use crate::plan::{plan, Prior};
 use crate::record::{decode, due_key, encode, encode_locator, id_key, tube_name, until, validate};
 use crate::{Recovered, StoreError};
 
@@ -43,17 +43,31 @@ impl DiskStore {
             Some(n) => n,
             None => *ws.jobs_end.insert(s.jobs_end()?),
         };
-        let p = plan(batch, |id| {
-            // A commit settled but not yet applied holds the job's latest state; else
-            // fjall does.
-            if let Some(latest) = s.handoff.lookup(id) {
-                Ok(latest)
-            } else if id >= jobs_end {
-                Ok(None)
-            } else {
-                s.job(id)
-            }
-        })?;
+        let p = plan(
+            batch,
+            |id| {
+                // A commit settled but not yet applied holds the job's latest state; else
+                // fjall does.
+                if let Some(latest) = s.handoff.lookup(id) {
+                    Ok(latest)
+                } else if id >= jobs_end {
+                    Ok(None)
+                } else {
+                    s.job(id)
+                }
+            },
+            |id| {
+                // As `lookup`, but only where the job is: its locator, not its record (the
+                // record too for a delayed job, whose tube's count changes).
+                if let Some(latest) = s.handoff.lookup_with(id, |r| r.as_ref().map(Prior::of)) {
+                    Ok(latest)
+                } else if id >= jobs_end {
+                    Ok(None)
+                } else {
+                    s.locate(id)
+                }
+            },
+        )?;
         let mut b = s.db.batch();
         // Bytes of the records written, for the free-space backstop; keys and framing are
         // added per item below.
@@ -61,12 +75,10 @@ impl DiskStore {
         let mut delayed_delta: BTreeMap<&str, i64> = BTreeMap::new();
         for (&id, c) in &p.changes {
             let key = id_key(id);
-            let old_due = c.old.as_ref().and_then(until);
+            let old_due = c.old.as_ref().and_then(Prior::until);
             let new_due = c.new.as_ref().and_then(until);
-            if let Some(old) = &c.old {
-                if old_due.is_some() {
-                    *delayed_delta.entry(old.tube.as_str()).or_default() -= 1;
-                }
+            if let Some(Prior::Due { tube, .. }) = &c.old {
+                *delayed_delta.entry(tube.as_str()).or_default() -= 1;
             }
             // Remove the old record unless the new one overwrites the same key (a remove and an
             // insert of one key in one batch would share a sequence number).

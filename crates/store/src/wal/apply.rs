@@ -187,6 +187,11 @@ impl<B, V: Clone> Handoff<B, V> {
         self.lock().overlay.get(&key).map(|(_, v)| v.clone())
     }
 
+    /// [`lookup`](Self::lookup) through `f`, which sees the value without a clone of it.
+    pub fn lookup_with<R>(&self, key: u64, f: impl FnOnce(&V) -> R) -> Option<R> {
+        self.lock().overlay.get(&key).map(|(_, v)| f(v))
+    }
+
     /// The applier's next job, waiting for one; `None` once the hand-off is closed and
     /// drained, or failed.
     pub fn next(&self) -> Option<Job<B>> {
