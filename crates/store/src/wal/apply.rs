@@ -26,7 +26,9 @@
 //!   no wait depends on the late wake-up coming. The applier clears `unwoken` whenever it
 //!   takes a job: it looks at the queue again before it parks.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
 
 #[cfg(loom)]
 use loom::sync::{Condvar, Mutex, MutexGuard};
@@ -58,7 +60,8 @@ struct State<B, V> {
     /// Summed cost of `queue`.
     queued: u64,
     /// Key → (sequence number of the last job that changed it, its value after that job).
-    overlay: HashMap<u64, (u64, V)>,
+    /// Keyed by job ids (server-made): FxHash, not SipHash.
+    overlay: FxHashMap<u64, (u64, V)>,
     /// Every job up to this sequence number is applied.
     applied: u64,
     /// The last sequence number pushed.
@@ -96,7 +99,7 @@ impl<B, V: Clone> Handoff<B, V> {
             state: Mutex::new(State {
                 queue: VecDeque::new(),
                 queued: 0,
-                overlay: HashMap::new(),
+                overlay: FxHashMap::default(),
                 applied,
                 pushed: applied,
                 failed: false,
