@@ -51,6 +51,42 @@ impl Prior {
     }
 }
 
+/// Where the jobs of the latest commits are ([`Prior`], or `None`: gone), so that a delete
+/// soon after a job's put or last change is planned without a read of the tables (ADR 0032).
+/// Two generations of at most [`Recent::GENERATION`] jobs each: when the young one fills, it
+/// becomes the old one and the old one is dropped, so memory stays bounded and a job not
+/// touched for a while is located in the tables again.
+///
+/// The caller records a batch's outcome only once the batch is written (a refused batch
+/// changes nothing), and every write of the tables goes through it: an entry is then the job's
+/// place in the tables, or in the applier's queue on its way there.
+#[derive(Debug, Default)]
+pub(crate) struct Recent {
+    young: rustc_hash::FxHashMap<JobId, Option<Prior>>,
+    old: rustc_hash::FxHashMap<JobId, Option<Prior>>,
+}
+
+impl Recent {
+    /// Jobs per generation.
+    pub(crate) const GENERATION: usize = 1 << 14;
+
+    /// Where job `id` is, if one of the recorded batches touched it: `Some(None)` if it is
+    /// gone; `None` if not known here.
+    pub(crate) fn get(&self, id: JobId) -> Option<Option<Prior>> {
+        self.young.get(&id).or_else(|| self.old.get(&id)).cloned()
+    }
+
+    /// Records where the jobs of a written batch are now.
+    pub(crate) fn record(&mut self, plan: &Plan) {
+        for (&id, c) in &plan.changes {
+            if self.young.len() >= Self::GENERATION {
+                self.old = std::mem::take(&mut self.young);
+            }
+            self.young.insert(id, c.new.as_ref().map(Prior::of));
+        }
+    }
+}
+
 /// A job's state before and after a batch (`None`: absent).
 #[derive(Debug)]
 pub(crate) struct JobDiff {
@@ -192,5 +228,45 @@ mod tests {
         let three = diff(3).new.as_ref().expect("updated, not deleted");
         assert_eq!((three.state, three.priority), (DurableState::Buried, 7));
         assert_eq!(three.body, Bytes::from_static(b"body"));
+    }
+    #[test]
+    fn recent_answers_the_latest_place_until_two_generations_pass() {
+        let delayed = DurableState::Delayed { until: 9 };
+        let planned = |batch: &[Change]| {
+            plan(batch, |_| Ok(None), |_| Ok(None)).expect("the closures do not fail")
+        };
+        let mut recent = Recent::default();
+        recent.record(&planned(&[
+            Change::Put(record(1, DurableState::Ready)),
+            Change::Put(record(2, delayed)),
+        ]));
+        assert_eq!(recent.get(1), Some(Some(Prior::Resident)));
+        assert_eq!(recent.get(2), Some(Some(Prior::of(&record(2, delayed)))));
+        assert_eq!(recent.get(3), None, "never seen: not known here");
+        // The job moved: the newer place shadows the older, in the next generation too.
+        recent.record(
+            &plan(
+                &[Change::Delete { id: 2 }],
+                |_| Ok(None),
+                |_| Ok(Some(Prior::of(&record(2, delayed)))),
+            )
+            .expect("plans"),
+        );
+        assert_eq!(recent.get(2), Some(None), "deleted: known gone");
+        let filler = |from: JobId| -> Vec<Change> {
+            (from..from + Recent::GENERATION as JobId)
+                .map(|id| Change::Put(record(id, DurableState::Ready)))
+                .collect()
+        };
+        recent.record(&planned(&filler(100)));
+        assert_eq!(recent.get(2), Some(None), "one generation on: still known");
+        assert_eq!(recent.get(1), Some(Some(Prior::Resident)));
+        recent.record(&planned(&filler(100 + Recent::GENERATION as JobId)));
+        assert_eq!(
+            recent.get(1),
+            None,
+            "two generations on: forgotten, located in the tables"
+        );
+        assert!(recent.young.len() + recent.old.len() <= 2 * Recent::GENERATION);
     }
 }

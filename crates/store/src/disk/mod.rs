@@ -217,6 +217,8 @@ struct WriteState {
     log: Option<crate::wal::Log>,
     /// The sequence number of the last commit written to the tables (`meta/wal_seq`).
     log_seq: u64,
+    /// Where the jobs of the latest commits are: a delete of one is planned without a read.
+    recent: crate::plan::Recent,
 }
 
 struct Inner {

@@ -57,9 +57,14 @@ impl DiskStore {
                 }
             },
             |id| {
-                // As `lookup`, but only where the job is: its locator, not its record (the
-                // record too for a delayed job, whose tube's count changes).
-                if let Some(latest) = s.handoff.lookup_with(id, |r| r.as_ref().map(Prior::of)) {
+                // As `lookup`, but only where the job is: known from a recent commit, else its
+                // locator, not its record (the record too for a delayed job, whose tube's
+                // count changes).
+                if let Some(known) = ws.recent.get(id) {
+                    Ok(known)
+                } else if let Some(latest) =
+                    s.handoff.lookup_with(id, |r| r.as_ref().map(Prior::of))
+                {
                     Ok(latest)
                 } else if id >= jobs_end {
                     Ok(None)
@@ -220,6 +225,7 @@ impl DiskStore {
         for (tube, count) in new_counts {
             ws.delayed.insert(tube.to_owned(), count);
         }
+        ws.recent.record(p);
         if let Some(end) = new_next {
             ws.next_id = Some(end);
         }
