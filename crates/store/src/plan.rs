@@ -92,6 +92,9 @@ impl Recent {
 pub(crate) struct JobDiff {
     pub(crate) old: Option<Prior>,
     pub(crate) new: Option<JobRecord>,
+    /// The index in the batch of the put that `new` is, unchanged: the job's last change in
+    /// the batch was that put (so its encoded record is the one the log record holds).
+    pub(crate) put_at: Option<usize>,
 }
 
 /// The effect of one batch.
@@ -121,7 +124,7 @@ pub(crate) fn plan(
         id_end: ids_reserved(batch),
         ..Plan::default()
     };
-    for m in batch {
+    for (i, m) in batch.iter().enumerate() {
         let Some(id) = crate::record::change_id(m) else {
             continue; // an id reservation: only `id_end`
         };
@@ -133,12 +136,14 @@ pub(crate) fn plan(
                     JobDiff {
                         old: locate(id)?,
                         new: None,
+                        put_at: None,
                     }
                 } else {
                     let new = lookup(id)?;
                     JobDiff {
                         old: new.as_ref().map(Prior::of),
                         new,
+                        put_at: None,
                     }
                 };
                 e.insert(diff)
@@ -147,6 +152,7 @@ pub(crate) fn plan(
         match m {
             Change::Put(r) => {
                 change.new = Some(r.clone());
+                change.put_at = Some(i);
                 let end = r.id.saturating_add(1);
                 p.id_end = Some(p.id_end.unwrap_or(0).max(end));
                 p.put_end = Some(p.put_end.unwrap_or(0).max(end));
@@ -158,8 +164,12 @@ pub(crate) fn plan(
                     r.state = *state;
                     r.priority = *priority;
                 }
+                change.put_at = None;
             }
-            Change::Delete { .. } => change.new = None,
+            Change::Delete { .. } => {
+                change.new = None;
+                change.put_at = None;
+            }
             Change::ReserveIds { .. } => {}
         }
     }

@@ -8,8 +8,8 @@ use fjall::PersistMode;
 
 use super::{be_u64, DiskStore, META_DELAYED, META_NEXT_ID, META_WAL_SEQ};
 use crate::wal::apply::{Job, Stopped};
-use crate::wal::codec::encode_changes;
-use crate::wal::{encode_record, Room};
+use crate::wal::codec::encode_changes_into;
+use crate::wal::{encode_record_with, Room};
 use tickwheel_queue::{Change, JobId, JobRecord, TubeName};
 
 use crate::plan::{plan, Prior};
@@ -73,6 +73,15 @@ impl DiskStore {
                 }
             },
         )?;
+        // With the log (not replaying it), the log record is encoded first: each put's record
+        // is encoded once, into it, and the tables get those bytes (`put_at`). `None` inside:
+        // too large for a record.
+        let mut puts: Vec<(usize, std::ops::Range<usize>)> = Vec::new();
+        let log_record = (replay.is_none() && ws.log.is_some()).then(|| {
+            encode_record_with(ws.log_seq + 1, |v| {
+                encode_changes_into(batch, v, |i, at| puts.push((i, at)));
+            })
+        });
         let mut b = s.db.batch();
         // Bytes of the records written, for the free-space backstop; keys and framing are
         // added per item below.
@@ -96,7 +105,15 @@ impl DiskStore {
             }
             match &c.new {
                 Some(r) => {
-                    let record = encode(r);
+                    let logged = c.put_at.and_then(|i| {
+                        let logged = log_record.as_ref()?.as_deref()?;
+                        let k = puts.binary_search_by_key(&i, |(j, _)| *j).ok()?;
+                        logged.get(puts[k].1.clone())
+                    });
+                    let record = match logged {
+                        Some(bytes) => fjall::UserValue::from(bytes),
+                        None => fjall::UserValue::from(encode(r)),
+                    };
                     record_bytes += record.len() as u64;
                     match new_due {
                         Some(u) => {
@@ -147,7 +164,7 @@ impl DiskStore {
             (None, Some(log)) => {
                 let seq = ws.log_seq + 1;
                 b.insert(&s.meta, META_WAL_SEQ, seq.to_be_bytes());
-                let record = encode_record(seq, &encode_changes(batch));
+                let record = log_record.flatten();
                 let room = record
                     .as_ref()
                     .map_or(Room::TooLarge, |r| log.room(r.len()));
