@@ -80,7 +80,10 @@ impl Recent {
     pub(crate) fn record(&mut self, plan: &Plan) {
         for (&id, c) in &plan.changes {
             if self.young.len() >= Self::GENERATION {
-                self.old = std::mem::take(&mut self.young);
+                // The old generation's table is kept and cleared for the young one: no table
+                // is grown (rehashed, its pages faulted in) again.
+                std::mem::swap(&mut self.young, &mut self.old);
+                self.young.clear();
             }
             self.young.insert(id, c.new.as_ref().map(Prior::of));
         }
