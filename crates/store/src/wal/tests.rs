@@ -601,7 +601,7 @@ fn in_place_records_match_the_copying_encoders_and_their_puts() {
 
     let job = |id: u64, state, key: Option<&str>| JobRecord {
         id,
-        tube: TubeName::new(if id % 2 == 0 { "even" } else { "odd" }).unwrap(),
+        tube: TubeName::new(if id.is_multiple_of(2) { "even" } else { "odd" }).unwrap(),
         priority: 7,
         ttr: 2_000,
         state,
