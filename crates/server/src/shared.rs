@@ -20,7 +20,7 @@
 //!   sleeps, which are [`tickwheel::Sleep`]s on a [`Timer`] of the same clock. So a
 //!   [`ManualClock`](tickwheel::ManualClock) moves the whole server.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -55,7 +55,7 @@ pub(crate) struct Shared {
     group: GroupCommit<Arc<dyn Store>>,
     /// Held while a window load is in flight: one at a time.
     loader: tokio::sync::Mutex<()>,
-    pub(crate) waiters: Mutex<HashMap<ClientId, mpsc::Sender<Pending>>>,
+    pub(crate) waiters: Mutex<FxHashMap<ClientId, mpsc::Sender<Pending>>>,
     /// Wakes the timer driver when an earlier deadline appears.
     pub(crate) timer_changed: Notify,
     pub(crate) driver_target: AtomicU64,
@@ -102,7 +102,8 @@ struct Unsettled {
     /// Changes submitted so far.
     submitted: u64,
     /// Job → `submitted` after the batch holding its latest change.
-    marks: HashMap<JobId, u64>,
+    /// Keyed by server-made ids: FxHash, not SipHash (no attacker picks the keys).
+    marks: FxHashMap<JobId, u64>,
     /// Prune the durable entries when `marks` reaches this size.
     prune_at: usize,
 }
@@ -185,7 +186,7 @@ impl Shared {
                 GroupCommit::with_thread(store)?
             },
             loader: tokio::sync::Mutex::new(()),
-            waiters: Mutex::new(HashMap::new()),
+            waiters: Mutex::new(FxHashMap::default()),
             timer_changed: Notify::new(),
             driver_target: AtomicU64::new(u64::MAX),
             next_client: AtomicU64::new(1),

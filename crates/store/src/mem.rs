@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard};
 
-use crate::plan::plan;
+use crate::plan::{plan, Prior};
 use tickwheel_queue::{Change, DurableState, JobId, JobRecord, TubeName};
 
 use crate::record::{until, validate};
@@ -62,9 +62,13 @@ impl Store for MemStore {
     fn commit(&self, batch: &[Change]) -> Result<(), StoreError> {
         validate(batch)?;
         let mut s = self.lock();
-        let p = plan(batch, |id| Ok(s.jobs.get(&id).cloned()))?;
+        let p = plan(
+            batch,
+            |id| Ok(s.jobs.get(&id).cloned()),
+            |id| Ok(s.jobs.get(&id).map(Prior::of)),
+        )?;
         for (id, c) in p.changes {
-            if let Some(u) = c.old.as_ref().and_then(until) {
+            if let Some(u) = c.old.as_ref().and_then(Prior::until) {
                 s.due.remove(&(u, id));
             }
             match c.new {

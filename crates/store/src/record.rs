@@ -129,6 +129,13 @@ pub fn validate(batch: &[Change]) -> Result<(), StoreError> {
 
 /// Encodes `r` (without its id, which is the key). `r` must have passed [`validate`].
 pub(crate) fn encode(r: &JobRecord) -> Vec<u8> {
+    let mut v = Vec::new();
+    encode_into(r, &mut v);
+    v
+}
+
+/// [`encode`], appended to `v`.
+pub(crate) fn encode_into(r: &JobRecord, v: &mut Vec<u8>) {
     let (tag, until) = match r.state {
         DurableState::Ready => (0u8, 0u64),
         DurableState::Delayed { until } => (1, until),
@@ -137,8 +144,7 @@ pub(crate) fn encode(r: &JobRecord) -> Vec<u8> {
     let tube = r.tube.as_str();
     let tube_len = u8::try_from(tube.len()).expect("a TubeName is at most 200 bytes");
     let key = r.idempotency_key.as_deref();
-    let mut v =
-        Vec::with_capacity(HEADER_LEN + tube.len() + 1 + key.map_or(0, str::len) + r.body.len());
+    v.reserve(HEADER_LEN + tube.len() + 1 + key.map_or(0, str::len) + r.body.len());
     v.push(if key.is_some() {
         RECORD_LAYOUT
     } else {
@@ -157,7 +163,6 @@ pub(crate) fn encode(r: &JobRecord) -> Vec<u8> {
         v.extend_from_slice(key.as_bytes());
     }
     v.extend_from_slice(&r.body);
-    v
 }
 
 /// Decodes a record stored under `id`. The error is a description for [`StoreError::Corrupt`].

@@ -430,4 +430,43 @@ mod tests {
             "a missing directory is an error, not 0 bytes"
         );
     }
+    /// A batch the backstop refuses changes nothing the next commits plan from: here it
+    /// would have made a delayed job ready, so a delete planned from that (the recent
+    /// places of `plan::Recent`, recorded only for written batches) would leave the job's
+    /// record in the due table, and it would come back at the next open.
+    #[test]
+    fn a_refused_batch_leaves_the_places_of_its_jobs_as_they_were() {
+        use crate::Store;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let free = Arc::new(AtomicU64::new(1 << 40));
+        {
+            let store = disk(dir.path(), &free, 1 << 20);
+            let crate::Change::Put(mut job) = put(1, 10) else {
+                unreachable!("put makes a put")
+            };
+            job.state = crate::DurableState::Delayed { until: 60_000 };
+            store.commit(&[crate::Change::Put(job)]).expect("room");
+            free.store(600 << 10, Ordering::Relaxed);
+            let err = store
+                .commit(&[
+                    crate::Change::Update {
+                        id: 1,
+                        state: crate::DurableState::Ready,
+                        priority: 0,
+                    },
+                    put(2, 200 << 10),
+                ])
+                .expect_err("the backstop refuses it");
+            assert!(matches!(err, StoreError::LowSpace { .. }), "{err:?}");
+            free.store(1 << 40, Ordering::Relaxed);
+            store
+                .commit(&[crate::Change::Delete { id: 1 }])
+                .expect("room again");
+        }
+        let store = disk(dir.path(), &free, 1 << 20);
+        let r = store.recover(0).expect("recovers");
+        assert!(r.resident.is_empty(), "{:?}", r.resident);
+        assert!(r.far_delayed.is_empty(), "{:?}", r.far_delayed);
+        assert_eq!(store.get(1).expect("reads"), None);
+    }
 }

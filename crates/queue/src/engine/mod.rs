@@ -1,6 +1,8 @@
 //! [`Engine`]: the job state machine.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use rustc_hash::FxHashMap;
 use std::mem;
 
 use bytes::Bytes;
@@ -158,7 +160,8 @@ pub struct Engine {
     tubes: Vec<Option<Tube>>,
     tube_ids: HashMap<TubeName, TubeId>,
     free_tubes: Vec<TubeId>,
-    clients: HashMap<ClientId, Client>,
+    /// Keyed by server-made ids: FxHash, not SipHash (no attacker picks the keys).
+    clients: FxHashMap<ClientId, Client>,
     next_id: JobId,
     ids_end: JobId,
     seq: u64,
@@ -198,7 +201,7 @@ impl Engine {
             tubes: Vec::new(),
             tube_ids: HashMap::new(),
             free_tubes: Vec::new(),
-            clients: HashMap::new(),
+            clients: FxHashMap::default(),
             next_id: 1,
             ids_end: 1,
             seq: 0,

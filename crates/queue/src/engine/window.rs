@@ -21,7 +21,7 @@
 //!
 //! [`Change`]: crate::Change
 
-use std::collections::HashSet;
+use rustc_hash::FxHashSet;
 
 use super::{Engine, Job};
 use crate::tube::TubeId;
@@ -32,7 +32,7 @@ pub(super) struct Loading {
     from: Millis,
     to: Millis,
     /// Far jobs of `[from, to)` already loaded by id (and maybe deleted since): skipped.
-    touched: HashSet<JobId>,
+    touched: FxHashSet<JobId>,
 }
 
 impl Engine {
@@ -73,7 +73,7 @@ impl Engine {
         self.loading = Some(Loading {
             from,
             to,
-            touched: HashSet::new(),
+            touched: FxHashSet::default(),
         });
         (from, to)
     }

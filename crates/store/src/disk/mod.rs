@@ -51,6 +51,7 @@ use crate::error::is_disk_full;
 use crate::space::{FreeSpace, SpaceGuard, Statvfs, REFRESH};
 use tickwheel_queue::{Change, JobId, JobRecord};
 
+use crate::plan::Prior;
 use crate::record::{decode, decode_locator, due_key, id_key, split_due_key, until};
 use crate::{Durability, Recovered, Store, StoreError};
 
@@ -216,6 +217,8 @@ struct WriteState {
     log: Option<crate::wal::Log>,
     /// The sequence number of the last commit written to the tables (`meta/wal_seq`).
     log_seq: u64,
+    /// Where the jobs of the latest commits are: a delete of one is planned without a read.
+    recent: crate::plan::Recent,
 }
 
 struct Inner {
@@ -856,6 +859,24 @@ impl Inner {
                 self.set_poison(&err);
                 Err(err)
             }
+        }
+    }
+
+    /// Where job `id` is stored, if it is: its locator alone for a ready or buried job; its
+    /// record too for a delayed one (the tube is in the record).
+    fn locate(&self, id: JobId) -> Result<Option<Prior>, StoreError> {
+        let loc = self
+            .jobs
+            .get(id_key(id))
+            .map_err(|e| self.engine_error(e))?;
+        let Some(loc) = loc else { return Ok(None) };
+        match decode_locator(&loc) {
+            Some(None) => Ok(Some(Prior::Resident)),
+            Some(Some(_)) => self.job(id).map(|r| r.as_ref().map(Prior::of)),
+            None => Err(self.corrupt(
+                &self.jobs,
+                format!("job {id}: bad locator of {} bytes", loc.len()),
+            )),
         }
     }
 

@@ -8,11 +8,11 @@ use fjall::PersistMode;
 
 use super::{be_u64, DiskStore, META_DELAYED, META_NEXT_ID, META_WAL_SEQ};
 use crate::wal::apply::{Job, Stopped};
-use crate::wal::codec::encode_changes;
-use crate::wal::{encode_record, Room};
+use crate::wal::codec::encode_changes_into;
+use crate::wal::{encode_record_with, Room};
 use tickwheel_queue::{Change, JobId, JobRecord, TubeName};
 
-use crate::plan::plan;
+use crate::plan::{plan, Prior};
 use crate::record::{decode, due_key, encode, encode_locator, id_key, tube_name, until, validate};
 use crate::{Recovered, StoreError};
 
@@ -43,17 +43,45 @@ impl DiskStore {
             Some(n) => n,
             None => *ws.jobs_end.insert(s.jobs_end()?),
         };
-        let p = plan(batch, |id| {
-            // A commit settled but not yet applied holds the job's latest state; else
-            // fjall does.
-            if let Some(latest) = s.handoff.lookup(id) {
-                Ok(latest)
-            } else if id >= jobs_end {
-                Ok(None)
-            } else {
-                s.job(id)
-            }
-        })?;
+        let p = plan(
+            batch,
+            |id| {
+                // A commit settled but not yet applied holds the job's latest state; else
+                // fjall does.
+                if let Some(latest) = s.handoff.lookup(id) {
+                    Ok(latest)
+                } else if id >= jobs_end {
+                    Ok(None)
+                } else {
+                    s.job(id)
+                }
+            },
+            |id| {
+                // As `lookup`, but only where the job is: known from a recent commit, else its
+                // locator, not its record (the record too for a delayed job, whose tube's
+                // count changes).
+                if let Some(known) = ws.recent.get(id) {
+                    Ok(known)
+                } else if let Some(latest) =
+                    s.handoff.lookup_with(id, |r| r.as_ref().map(Prior::of))
+                {
+                    Ok(latest)
+                } else if id >= jobs_end {
+                    Ok(None)
+                } else {
+                    s.locate(id)
+                }
+            },
+        )?;
+        // With the log (not replaying it), the log record is encoded first: each put's record
+        // is encoded once, into it, and the tables get those bytes (`put_at`). `None` inside:
+        // too large for a record.
+        let mut puts: Vec<(usize, std::ops::Range<usize>)> = Vec::new();
+        let log_record = (replay.is_none() && ws.log.is_some()).then(|| {
+            encode_record_with(ws.log_seq + 1, |v| {
+                encode_changes_into(batch, v, |i, at| puts.push((i, at)));
+            })
+        });
         let mut b = s.db.batch();
         // Bytes of the records written, for the free-space backstop; keys and framing are
         // added per item below.
@@ -61,12 +89,10 @@ impl DiskStore {
         let mut delayed_delta: BTreeMap<&str, i64> = BTreeMap::new();
         for (&id, c) in &p.changes {
             let key = id_key(id);
-            let old_due = c.old.as_ref().and_then(until);
+            let old_due = c.old.as_ref().and_then(Prior::until);
             let new_due = c.new.as_ref().and_then(until);
-            if let Some(old) = &c.old {
-                if old_due.is_some() {
-                    *delayed_delta.entry(old.tube.as_str()).or_default() -= 1;
-                }
+            if let Some(Prior::Due { tube, .. }) = &c.old {
+                *delayed_delta.entry(tube.as_str()).or_default() -= 1;
             }
             // Remove the old record unless the new one overwrites the same key (a remove and an
             // insert of one key in one batch would share a sequence number).
@@ -79,7 +105,15 @@ impl DiskStore {
             }
             match &c.new {
                 Some(r) => {
-                    let record = encode(r);
+                    let logged = c.put_at.and_then(|i| {
+                        let logged = log_record.as_ref()?.as_deref()?;
+                        let k = puts.binary_search_by_key(&i, |(j, _)| *j).ok()?;
+                        logged.get(puts[k].1.clone())
+                    });
+                    let record = match logged {
+                        Some(bytes) => fjall::UserValue::from(bytes),
+                        None => fjall::UserValue::from(encode(r)),
+                    };
                     record_bytes += record.len() as u64;
                     match new_due {
                         Some(u) => {
@@ -130,7 +164,7 @@ impl DiskStore {
             (None, Some(log)) => {
                 let seq = ws.log_seq + 1;
                 b.insert(&s.meta, META_WAL_SEQ, seq.to_be_bytes());
-                let record = encode_record(seq, &encode_changes(batch));
+                let record = log_record.flatten();
                 let room = record
                     .as_ref()
                     .map_or(Room::TooLarge, |r| log.room(r.len()));
@@ -208,6 +242,7 @@ impl DiskStore {
         for (tube, count) in new_counts {
             ws.delayed.insert(tube.to_owned(), count);
         }
+        ws.recent.record(p);
         if let Some(end) = new_next {
             ws.next_id = Some(end);
         }

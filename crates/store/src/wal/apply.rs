@@ -26,7 +26,9 @@
 //!   no wait depends on the late wake-up coming. The applier clears `unwoken` whenever it
 //!   takes a job: it looks at the queue again before it parks.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
 
 #[cfg(loom)]
 use loom::sync::{Condvar, Mutex, MutexGuard};
@@ -58,7 +60,8 @@ struct State<B, V> {
     /// Summed cost of `queue`.
     queued: u64,
     /// Key → (sequence number of the last job that changed it, its value after that job).
-    overlay: HashMap<u64, (u64, V)>,
+    /// Keyed by job ids (server-made): FxHash, not SipHash.
+    overlay: FxHashMap<u64, (u64, V)>,
     /// Every job up to this sequence number is applied.
     applied: u64,
     /// The last sequence number pushed.
@@ -96,7 +99,7 @@ impl<B, V: Clone> Handoff<B, V> {
             state: Mutex::new(State {
                 queue: VecDeque::new(),
                 queued: 0,
-                overlay: HashMap::new(),
+                overlay: FxHashMap::default(),
                 applied,
                 pushed: applied,
                 failed: false,
@@ -185,6 +188,11 @@ impl<B, V: Clone> Handoff<B, V> {
     /// if no such job (then fjall holds the latest value).
     pub fn lookup(&self, key: u64) -> Option<V> {
         self.lock().overlay.get(&key).map(|(_, v)| v.clone())
+    }
+
+    /// [`lookup`](Self::lookup) through `f`, which sees the value without a clone of it.
+    pub fn lookup_with<R>(&self, key: u64, f: impl FnOnce(&V) -> R) -> Option<R> {
+        self.lock().overlay.get(&key).map(|(_, v)| f(v))
     }
 
     /// The applier's next job, waiting for one; `None` once the hand-off is closed and

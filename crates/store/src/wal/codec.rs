@@ -11,7 +11,7 @@
 
 use tickwheel_queue::{Change, DurableState};
 
-use crate::record::{decode, encode};
+use crate::record::{decode, encode_into};
 
 const PUT: u8 = 1;
 const UPDATE: u8 = 2;
@@ -20,16 +20,32 @@ const RESERVE: u8 = 4;
 
 /// Encodes a batch (which passed [`crate::validate`]).
 pub fn encode_changes(batch: &[Change]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(64 * batch.len());
-    for c in batch {
+    let mut v = Vec::new();
+    encode_changes_into(batch, &mut v, |_, _| {});
+    v
+}
+
+/// [`encode_changes`], appended to `v`; `put(i, range)` is told where in `v` the record of
+/// `batch[i]`, a put, is (the store writes those same bytes to its tables).
+pub(crate) fn encode_changes_into(
+    batch: &[Change],
+    v: &mut Vec<u8>,
+    mut put: impl FnMut(usize, std::ops::Range<usize>),
+) {
+    v.reserve(64 * batch.len());
+    for (i, c) in batch.iter().enumerate() {
         match c {
             Change::Put(r) => {
-                let rec = encode(r);
                 v.push(PUT);
                 v.extend_from_slice(&r.id.to_le_bytes());
-                let len = u32::try_from(rec.len()).expect("validate() bounds a record to 16 MiB");
-                v.extend_from_slice(&len.to_le_bytes());
-                v.extend_from_slice(&rec);
+                let at = v.len();
+                v.extend_from_slice(&[0; 4]);
+                let start = v.len();
+                encode_into(r, v);
+                let len =
+                    u32::try_from(v.len() - start).expect("validate() bounds a record to 16 MiB");
+                v[at..start].copy_from_slice(&len.to_le_bytes());
+                put(i, start..v.len());
             }
             Change::Update {
                 id,
@@ -57,7 +73,6 @@ pub fn encode_changes(batch: &[Change]) -> Vec<u8> {
             }
         }
     }
-    v
 }
 
 struct Reader<'a> {

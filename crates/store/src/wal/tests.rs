@@ -590,3 +590,61 @@ mod applier {
         store.commit(&[put(4)]).unwrap();
     }
 }
+
+/// The commit path encodes each put's record once, in place in the log record, and gives the
+/// tables those bytes: the record is byte for byte what the payload-then-copy encoders wrote,
+/// and each range the encoder reports is that put's own record.
+#[test]
+fn in_place_records_match_the_copying_encoders_and_their_puts() {
+    use bytes::Bytes;
+    use tickwheel_queue::{Change, DurableState, JobRecord, TubeName};
+
+    let job = |id: u64, state, key: Option<&str>| JobRecord {
+        id,
+        tube: TubeName::new(if id.is_multiple_of(2) { "even" } else { "odd" }).unwrap(),
+        priority: 7,
+        ttr: 2_000,
+        state,
+        created: 11,
+        body: Bytes::from(vec![b'b'; id as usize * 3]),
+        idempotency_key: key.map(str::to_owned),
+    };
+    let batch = vec![
+        Change::ReserveIds { end: 64 },
+        Change::Put(job(1, DurableState::Ready, None)),
+        Change::Update {
+            id: 9,
+            state: DurableState::Buried,
+            priority: 1,
+        },
+        Change::Put(job(2, DurableState::Delayed { until: 77 }, Some("k"))),
+        Change::Delete { id: 4 },
+        Change::Put(job(3, DurableState::Buried, None)),
+    ];
+    let mut puts = Vec::new();
+    let record = encode_record_with(42, |v| {
+        codec::encode_changes_into(&batch, v, |i, at| puts.push((i, at)));
+    })
+    .unwrap();
+    assert_eq!(
+        Some(&record),
+        encode_record_copying(42, &codec::encode_changes(&batch)).as_ref()
+    );
+    assert_eq!(
+        Some(&record),
+        encode_record(42, &codec::encode_changes(&batch)).as_ref()
+    );
+    assert_eq!(
+        puts.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        vec![1, 3, 5]
+    );
+    for (i, at) in puts {
+        let Change::Put(r) = &batch[i] else {
+            unreachable!("reported for puts only")
+        };
+        assert_eq!(record[at].to_vec(), crate::record::encode(r), "put {i}");
+    }
+    let found = scan(&record);
+    assert_eq!(found.len(), 1);
+    assert_eq!(codec::decode_changes(&found[0].payload).unwrap(), batch);
+}

@@ -210,3 +210,59 @@ fn periodic_and_none_replay_a_log_left_by_sync() {
         assert_eq!(ids, vec![2, 3, 4], "{durability:?}");
     }
 }
+
+/// Deletes are planned from where the job is (its locator), not its record: a delayed job's
+/// record and count go, and a ready one's, whether its put is still waiting for the applier
+/// (the overlay answers) or already in the tables (the locator answers).
+#[test]
+fn deletes_remove_ready_and_delayed_jobs_applied_or_not() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = open(dir.path());
+        s.commit(&[
+            Change::Put(ready(1, "a")),
+            Change::Put(delayed(2, "a", 60_000)),
+            Change::Put(ready(3, "a")),
+            Change::Put(delayed(4, "a", 70_000)),
+            Change::Put(delayed(5, "a", 80_000)),
+        ])
+        .unwrap();
+        // A read waits for the applier: jobs 1..=5 are in the tables now.
+        assert_eq!(s.get(1).unwrap(), Some(ready(1, "a")));
+        s.commit(&[Change::Delete { id: 1 }, Change::Delete { id: 2 }])
+            .unwrap();
+        // Put and deleted in back-to-back commits: the second usually plans from the overlay.
+        s.commit(&[
+            Change::Put(ready(6, "b")),
+            Change::Put(delayed(7, "b", 90_000)),
+        ])
+        .unwrap();
+        s.commit(&[Change::Delete { id: 6 }, Change::Delete { id: 7 }])
+            .unwrap();
+        // Deleted in the batch that put it, and a delete of a job that never was.
+        s.commit(&[
+            Change::Put(delayed(8, "b", 95_000)),
+            Change::Delete { id: 8 },
+            Change::Delete { id: 99 },
+        ])
+        .unwrap();
+        let r = s.recover(0).unwrap();
+        assert_eq!(r.resident.iter().map(|j| j.id).collect::<Vec<_>>(), vec![3]);
+        assert_eq!(r.far_delayed, vec![(tube("a"), 2)]);
+    }
+    let s = open(dir.path());
+    let r = s.recover(0).unwrap();
+    assert_eq!(r.resident.iter().map(|j| j.id).collect::<Vec<_>>(), vec![3]);
+    assert_eq!(r.far_delayed, vec![(tube("a"), 2)]);
+    for id in [1, 2, 6, 7, 8] {
+        assert_eq!(s.get(id).unwrap(), None, "job {id}");
+    }
+    assert_eq!(
+        s.delayed_between(0, 100_000, 10)
+            .unwrap()
+            .iter()
+            .map(|j| j.id)
+            .collect::<Vec<_>>(),
+        vec![4, 5]
+    );
+}
