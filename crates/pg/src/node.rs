@@ -43,7 +43,7 @@ pub const NODE_ID_BLOCK: u64 = 1 << 36;
 const IDS_PER_NOTE: i64 = 300;
 
 /// The session settings of the connections that run a node's statements (and
-/// [`PgStore::get_free`](crate::PgStore::get_free)): every one of them looks its rows up by
+/// [`PgStore::get_free`](crate::PgStore::get_free) and the group commit): every one of them looks its rows up by
 /// primary key or a partial index whatever its parameters, so each is planned once per
 /// connection (a generic plan) instead of on every call (PostgreSQL's custom plans, its
 /// choice for them: ADR 0008, session 11, about a fifth of the database's CPU per due job).
