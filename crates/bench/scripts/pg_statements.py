@@ -104,7 +104,8 @@ if last:
     print(f'backend CPU seconds: LISTEN {listen / HZ:.2f}, others {other / HZ:.2f}')
     roles = {}
     for _, t, r in backends.values():
-        roles[r or 'other'] = roles.get(r or 'other', 0) + t
-    print('backend CPU seconds by role (the statements a connection ran): '
-          + ', '.join(f'{r} {t / HZ:.2f}' for r, t in sorted(roles.items())))
+        n, c = roles.get(r or 'other', (0, 0))
+        roles[r or 'other'] = (n + 1, c + t)
+    print('backend CPU seconds by role (the statements a connection ran; backends): '
+          + ', '.join(f'{r} {c / HZ:.2f} ({n})' for r, (n, c) in sorted(roles.items())))
 sys.exit(p.returncode)

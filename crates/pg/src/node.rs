@@ -435,6 +435,10 @@ impl Node {
             &[&big(NODE_ID_BLOCK), &big(FOREIGN_ID_BASE)],
         )?;
         let (id, from, to): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+        // This connection becomes the first node connection: the same settings as those
+        // `Conn::connect` opens (without them its statements, claims among them, were
+        // planned on every call: ADR 0008, session 14).
+        client.batch_execute(GENERIC_PLANS)?;
         Ok(Node {
             sql: NodeSql::new(options),
             options: options.clone(),
@@ -448,6 +452,27 @@ impl Node {
             .collect(),
             next: std::sync::atomic::AtomicUsize::new(0),
         })
+    }
+
+    /// The `plan_cache_mode` of every node connection open now (a test hook: each runs its
+    /// statements on generic plans, [`GENERIC_PLANS`]).
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    #[doc(hidden)]
+    pub fn plan_cache_modes(&self) -> Result<Vec<String>, PgError> {
+        let mut modes = Vec::new();
+        for slot in &self.clients {
+            let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(conn) = guard.as_mut() {
+                let row = conn
+                    .client
+                    .query_one("SELECT current_setting('plan_cache_mode')", &[])?;
+                modes.push(row.get(0));
+            }
+        }
+        Ok(modes)
     }
 
     /// This node's id (unique among the schema's nodes, never reused).
