@@ -2,8 +2,10 @@
 """Where PostgreSQL's time goes during a server_bench run: runs the bench with
 pg_stat_statements loaded on its throw-away cluster (TICKWHEEL_PG_SETTINGS), snapshots the
 statistics every half second while it runs, and prints the last snapshot (per statement:
-calls, rows, total and mean execution time, total planning time), the databases' transactions and tuples, and the CPU seconds
-of the LISTEN backends (application_name tickwheel-listen-*) against the other backends.
+calls, rows, total and mean execution time, plans and planning time), the databases'
+transactions and tuples, the autovacuums of `jobs`, and the CPU seconds of the LISTEN backends
+(application_name tickwheel-listen-*) against the other backends, and by connection role (group
+commit, node, get_free, LISTEN: from the statements each backend was seen running).
 Usage (one PostgreSQL target per run, as for pg_cpu_share.py):
 crates/bench/scripts/pg_statements.py -- target/release/server_bench --workload throughput \\
     --targets tw-pg-aa3 --runs 1 --per-conn 40 --phase-limit 40
