@@ -43,7 +43,7 @@ pub const NODE_ID_BLOCK: u64 = 1 << 36;
 const IDS_PER_NOTE: i64 = 300;
 
 /// The session settings of the connections that run a node's statements (and
-/// [`PgStore::get_free`](crate::PgStore::get_free)): every one of them looks its rows up by
+/// [`PgStore::get_free`](crate::PgStore::get_free) and the group commit): every one of them looks its rows up by
 /// primary key or a partial index whatever its parameters, so each is planned once per
 /// connection (a generic plan) instead of on every call (PostgreSQL's custom plans, its
 /// choice for them: ADR 0008, session 11, about a fifth of the database's CPU per due job).
@@ -435,6 +435,10 @@ impl Node {
             &[&big(NODE_ID_BLOCK), &big(FOREIGN_ID_BASE)],
         )?;
         let (id, from, to): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+        // This connection becomes the first node connection: the same settings as those
+        // `Conn::connect` opens (without them its statements, claims among them, were
+        // planned on every call: ADR 0008, session 14).
+        client.batch_execute(GENERIC_PLANS)?;
         Ok(Node {
             sql: NodeSql::new(options),
             options: options.clone(),
@@ -448,6 +452,27 @@ impl Node {
             .collect(),
             next: std::sync::atomic::AtomicUsize::new(0),
         })
+    }
+
+    /// The `plan_cache_mode` of every node connection open now (a test hook: each runs its
+    /// statements on generic plans, [`GENERIC_PLANS`]).
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    #[doc(hidden)]
+    pub fn plan_cache_modes(&self) -> Result<Vec<String>, PgError> {
+        let mut modes = Vec::new();
+        for slot in &self.clients {
+            let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(conn) = guard.as_mut() {
+                let row = conn
+                    .client
+                    .query_one("SELECT current_setting('plan_cache_mode')", &[])?;
+                modes.push(row.get(0));
+            }
+        }
+        Ok(modes)
     }
 
     /// This node's id (unique among the schema's nodes, never reused).

@@ -744,3 +744,39 @@ fn a_delayed_put_is_announced_with_its_due_time_on_the_database_clock() {
         "an old node's parse: {payloads:?}"
     );
 }
+
+/// Every node connection runs its statements on generic plans, the one `Node::join` opened
+/// (and migrated the schema on) too: without the settings a connection plans each claim
+/// again on every call (ADR 0008, session 14: one connection per node did so, ~1 in 8
+/// claims at 5 000 due/s).
+#[test]
+fn every_node_connection_plans_its_statements_once() {
+    let Some((_cluster, options)) = setup() else {
+        return;
+    };
+    let store = PgStore::open(&options).expect("open").shared();
+    let node = Node::join(&options).expect("join");
+    put(
+        &store,
+        (1..=40)
+            .map(|id| job(id, "t", DurableState::Ready, 60_000))
+            .collect(),
+    );
+    // Claims from several threads at once, so more connections than the first one open.
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let node = &node;
+            s.spawn(move || {
+                for id in (1..=40).filter(|id| id % 4 == t) {
+                    node.claim(&[(id, node.holder(t))]).expect("claim");
+                }
+            });
+        }
+    });
+    let modes = node.plan_cache_modes().expect("modes");
+    assert!(!modes.is_empty());
+    assert!(
+        modes.iter().all(|m| m == "force_generic_plan"),
+        "plan_cache_mode of the node's connections: {modes:?}"
+    );
+}

@@ -460,3 +460,63 @@ fn a_commit_in_flight_at_a_take_over_lands_before_the_new_node_reads_or_not_at_a
         "the take-over read the commit that ended before it"
     );
 }
+
+/// The group commit's statement runs on a generic plan (planned once per connection, not
+/// on every commit), and that plan, made while `jobs` is still empty, finds existing rows by
+/// primary key: no sequential scan or hash join, which would read the whole table on every
+/// commit once it has filled (ADR 0008, session 14). Both modes use the same statement
+/// shape (standby and shared).
+#[test]
+fn the_group_commit_is_planned_once_and_looks_rows_up_by_primary_key() {
+    let Some((_cluster, options)) = setup() else {
+        return;
+    };
+    for shared in [false, true] {
+        let schema = if shared {
+            "plans_shared"
+        } else {
+            "plans_standby"
+        };
+        let mut options = options.clone();
+        options.schema = SchemaName::new(schema).expect("valid");
+        let store = PgStore::open(&options).expect("open");
+        let store = if shared { store.shared() } else { store };
+        let tube = "t";
+        let commits = 12u64;
+        for i in 0..commits {
+            // Puts, updates and deletes of existing rows: every part of the statement runs.
+            let id = 10 * i + 1;
+            let mut batch = vec![
+                Change::Put(job(id, tube, DurableState::Ready, b"a")),
+                Change::Put(job(id + 1, tube, DurableState::Ready, b"b")),
+            ];
+            if i > 0 {
+                batch.push(Change::Update {
+                    id: id - 10,
+                    state: DurableState::Buried,
+                    priority: 7,
+                });
+                batch.push(Change::Delete { id: id - 9 });
+            }
+            store.commit(&batch).expect("commit");
+        }
+        let (generic, custom, plan) = store
+            .commit_plans()
+            .expect("plans")
+            .expect("the commit statement is prepared");
+        assert_eq!(
+            custom, 0,
+            "{schema}: custom plans made (planned per commit)"
+        );
+        // `generic_plans` counts executions on the generic plan.
+        assert!(
+            generic >= commits as i64,
+            "{schema}: {generic} generic plans for {commits} commits"
+        );
+        assert!(
+            !plan.contains("Seq Scan on jobs") && !plan.contains("Hash Join"),
+            "{schema}: the commit's plan scans the table:\n{plan}"
+        );
+        assert!(plan.contains("jobs_pkey"), "{schema}: {plan}");
+    }
+}

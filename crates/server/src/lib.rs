@@ -370,6 +370,14 @@ impl Handle {
     pub fn rows_read_to_adopt(&self) -> Option<u64> {
         self.shared.active.get().map(|a| a.rows_read())
     }
+
+    /// Active-active on PostgreSQL: how many hung-up clients' jobs this node has released in
+    /// the database (one statement each; only for clients that had sent a claim). `None` in
+    /// other modes.
+    #[must_use]
+    pub fn releases_on_hang_up(&self) -> Option<u64> {
+        self.shared.active.get().map(|a| a.releases())
+    }
 }
 
 /// The engine a server starts from, and how many jobs it recovered: the stored jobs due within

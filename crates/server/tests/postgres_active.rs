@@ -458,3 +458,30 @@ async fn another_nodes_delayed_job_is_read_once_when_due_not_when_announced() {
     helper.shutdown().await;
     owner.shutdown().await;
 }
+
+/// A hung-up client's jobs are released in the database only if it ever sent a claim: a
+/// producer's connection closes without a statement (before, every hang-up ran one that walks
+/// all live leases: ADR 0008, session 14), a reserver's still releases its job at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_client_that_claimed_costs_a_release_when_it_hangs_up() {
+    let Some(cluster) = cluster_for_test() else {
+        return;
+    };
+    let node = Running::open(&config(&cluster)).await;
+    let before = node.handle.releases_on_hang_up().expect("active-active");
+    let mut producer = node.client().await;
+    let a = producer.put(0, 0, 60, "a").await;
+    drop(producer);
+    let mut worker = node.client().await;
+    assert_eq!(worker.reserve(10).await, (a, "a".to_owned()));
+    drop(worker);
+    // The worker's job is ready again at once (its release ran), for another client.
+    let mut other = node.client().await;
+    assert_eq!(other.reserve(10).await, (a, "a".to_owned()));
+    // Both hang-ups have been handled by now (the producer's came first, the worker's
+    // released the job): one release, the worker's.
+    assert_eq!(node.handle.releases_on_hang_up(), Some(before + 1));
+    assert_eq!(other.cmd(&format!("delete {a}")).await, "DELETED");
+    drop(other);
+    node.shutdown().await;
+}

@@ -46,6 +46,11 @@ pub(crate) struct Active {
     not_due: std::sync::atomic::AtomicU64,
     /// Rows read to adopt them ([`Active::rows_read`]).
     rows_read: std::sync::atomic::AtomicU64,
+    /// The connected clients that have sent a claim: only they can hold a row, so only their
+    /// hang-up needs [`Node::release_all`] (a statement that walks every live lease).
+    claimers: std::sync::Mutex<std::collections::HashSet<ClientId>>,
+    /// [`Node::release_all`] statements run for hung-up clients ([`Active::releases`]).
+    releases: std::sync::atomic::AtomicU64,
 }
 
 impl Active {
@@ -66,6 +71,8 @@ impl Active {
             woken: std::sync::Mutex::new(Some(woken)),
             not_due: std::sync::atomic::AtomicU64::new(0),
             rows_read: std::sync::atomic::AtomicU64::new(0),
+            claimers: std::sync::Mutex::new(std::collections::HashSet::new()),
+            releases: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -223,6 +230,12 @@ pub(crate) async fn claim(
     id: JobId,
 ) -> Option<bool> {
     let holder = active.holder(client);
+    // Before the claim is sent: a hang-up from now on releases what the client may hold.
+    active
+        .claimers
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(client);
     let claim = match Batcher::ask(&active.batch.claims, (id, holder)).await {
         Ok(claim) => claim,
         Err(error) => {
@@ -287,6 +300,11 @@ impl Active {
     /// jobs: [`read_and_adopt`]).
     pub(crate) fn rows_read(&self) -> u64 {
         self.rows_read.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Hung-up clients whose jobs this node released in the database ([`disconnected`]).
+    pub(crate) fn releases(&self) -> u64 {
+        self.releases.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -392,8 +410,21 @@ pub(crate) async fn pause(active: &Arc<Active>, tube: &str, seconds: u32) -> boo
 }
 
 /// A client hung up: what it held is ready again at once, on every node (as beanstalkd makes
-/// a closed connection's reserved jobs ready).
+/// a closed connection's reserved jobs ready). A client that never sent a claim holds no row
+/// (only a claim writes a holder), so nothing is asked for it: producers' connections cost
+/// the database nothing when they close (ADR 0008, session 14).
 pub(crate) async fn disconnected(active: &Arc<Active>, client: ClientId) {
+    let claimed = active
+        .claimers
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&client);
+    if !claimed {
+        return;
+    }
+    active
+        .releases
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let holder = active.holder(client);
     let a = active.clone();
     if let Some(Err(error)) = blocking(move || a.node.release_all(&[holder])).await {
