@@ -14,7 +14,8 @@
 * Socket activation (systemd's LISTEN_FDS/LISTEN_PID): both servers serve on the passed TCP or
   Unix socket and ignore -l/-p.
 * Exit statuses as beanstalkd's: 5 for a bad command line, 111 for a socket that cannot be
-  listened on, 10 for a data directory another server holds, 0 for -h.
+  listened on, 10 for a data directory that cannot be taken (another server holds it, it is a
+  file, its lock file cannot be created), 0 for -h.
 * -z: the same max-job-size for the same flag, 1 GiB at most (larger values are lowered, with
   the same warning).
 * --version names the commit the binary was built from.
@@ -465,6 +466,27 @@ def test_a_data_directory_in_use_exits_10_like_beanstalkd(workdir):
             first.wait()
             first.stderr.close()
     assert codes == {"tickwheel": 10, "beanstalkd": 10}, codes
+
+
+def test_a_data_directory_that_cannot_be_taken_exits_10_like_beanstalkd(workdir):
+    afile = os.path.join(workdir, "a-file")
+    with open(afile, "w", encoding="utf-8"):
+        pass
+    cases = {"-b names a file": ["-b", afile],
+             "-b below a file": ["-b", os.path.join(afile, "sub")]}
+    if os.geteuid() == 0:
+        # Root's directory, which nobody may not write: the lock file cannot be created.
+        rootdir = os.path.join(workdir, "root-owned")
+        os.mkdir(rootdir, 0o755)
+        os.chmod(workdir, 0o755)
+        cases["-u nobody on root's directory"] = ["-u", "nobody", "-b", rootdir]
+    for what, args in cases.items():
+        codes = {}
+        for name, binary in (("tickwheel", tickwheel_bin()), ("beanstalkd", beanstalkd_bin())):
+            out = subprocess.run([binary, "-l", "127.0.0.1", "-p", str(free_port()), *args],
+                                 stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+            codes[name] = out.returncode
+        assert codes == {"tickwheel": 10, "beanstalkd": 10}, (what, codes)
 
 
 # --- -z -------------------------------------------------------------------------------------

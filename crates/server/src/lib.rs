@@ -101,6 +101,17 @@ impl Default for Config {
     }
 }
 
+/// The data directory (`-b DIR`) could not be created: the context of that error, so that the
+/// caller can tell it apart (beanstalkd exits with 10 when it cannot take its directory).
+#[derive(Debug)]
+pub struct DataDirUnusable(pub PathBuf);
+
+impl std::fmt::Display for DataDirUnusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot create data directory {}", self.0.display())
+    }
+}
+
 /// Where the server listens.
 pub enum Listener {
     /// TCP.
@@ -169,8 +180,7 @@ impl Server {
         }
         let store: Arc<dyn Store> = match &config.data_dir {
             Some(dir) => {
-                std::fs::create_dir_all(dir)
-                    .with_context(|| format!("cannot create data directory {}", dir.display()))?;
+                std::fs::create_dir_all(dir).with_context(|| DataDirUnusable(dir.clone()))?;
                 let store = DiskStore::open(
                     dir,
                     DiskOptions::with_durability(config.durability)

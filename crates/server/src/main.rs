@@ -136,10 +136,11 @@ const MAX_JOB_SIZE_LIMIT: usize = 1_073_741_824;
 
 /// Exit statuses shared with beanstalkd, so that scripts and service managers that act on
 /// them see the same failure: a bad command line, a socket that cannot be listened on, a data
-/// directory held by another server. Any other start-up failure exits with 1.
+/// directory that cannot be taken (held by another server, not creatable, its lock file not
+/// writable). Any other start-up failure exits with 1.
 const USAGE_STATUS: i32 = 5;
 const LISTEN_STATUS: i32 = 111;
-const DATA_DIR_IN_USE_STATUS: i32 = 10;
+const DATA_DIR_STATUS: i32 = 10;
 
 /// A start-up failure and its exit status.
 struct Failure {
@@ -161,16 +162,22 @@ impl Failure {
         }
     }
 
-    /// Opening the store failed: because another server holds the directory, or otherwise.
+    /// Opening the store failed. The directory could not be taken (created, its lock file
+    /// opened, or locked: another server holds it) exits with beanstalkd's 10, the rest with 1.
     fn open(error: anyhow::Error) -> Self {
-        let in_use = error.chain().any(|cause| {
-            matches!(
-                cause.downcast_ref::<tickwheel_store::StoreError>(),
-                Some(tickwheel_store::StoreError::InUse { .. })
-            )
-        });
+        use tickwheel_store::{StoreError, LOCK_FILE};
+        let not_taken = error
+            .downcast_ref::<tickwheel_server::DataDirUnusable>()
+            .is_some()
+            || error
+                .chain()
+                .any(|cause| match cause.downcast_ref::<StoreError>() {
+                    Some(StoreError::InUse { .. }) => true,
+                    Some(StoreError::Io { path, .. }) => path.ends_with(LOCK_FILE),
+                    _ => false,
+                });
         Failure {
-            status: if in_use { DATA_DIR_IN_USE_STATUS } else { 1 },
+            status: if not_taken { DATA_DIR_STATUS } else { 1 },
             error,
         }
     }
