@@ -348,18 +348,16 @@ impl Inherited {
     }
 }
 
-/// Why [`become_user`] failed: beanstalkd's exit status for it, and the message.
-struct SuFailure {
-    status: i32,
-    message: String,
-}
-
 /// Switches the process to user `name`: its supplementary groups (when we may set them,
 /// i.e. as root), its primary group, then its user id. glibc applies each to every thread of
 /// the process.
-fn become_user(name: &str) -> Result<(), SuFailure> {
+/// Fails with beanstalkd's exit status: 32 the lookup failed, 33 no such user, 34 refused.
+fn become_user(name: &str) -> Result<(), Failure> {
     use nix::unistd::{initgroups, setgid, setuid, Uid, User};
-    let fail = |status, message: String| SuFailure { status, message };
+    let fail = |status, message: String| Failure {
+        status,
+        error: anyhow::anyhow!(message),
+    };
     let user = match User::from_name(name) {
         Ok(Some(user)) => user,
         Ok(None) => return Err(fail(33, format!("-u {name}: no such user"))),
@@ -430,29 +428,19 @@ async fn serve(
     // With -u the listener is bound before the switch, as beanstalkd binds before it drops
     // root; without, after the recovery, so that a client connects only once it is served.
     // A socket passed by the service manager is bound already.
-    let mut early = match inherited {
+    let early = match inherited {
         Some(inherited) => {
             let listener = inherited.into_listener().map_err(Failure::listen)?;
             tracing::info!("listening on the socket passed by the service manager (LISTEN_FDS); -l and -p do not apply");
             Some(listener)
         }
+        None if user.is_some() => Some(Listener::bind(&addr).await.map_err(Failure::listen)?),
         None => None,
     };
-    early = match &user {
-        Some(name) => {
-            let listener = match early {
-                Some(listener) => listener,
-                None => Listener::bind(&addr).await.map_err(Failure::listen)?,
-            };
-            if let Err(e) = become_user(name) {
-                eprintln!("Error: {}", e.message);
-                std::process::exit(e.status);
-            }
-            tracing::info!(user = %name, "switched user");
-            Some(listener)
-        }
-        None => early,
-    };
+    if let Some(name) = &user {
+        become_user(name)?;
+        tracing::info!(user = %name, "switched user");
+    }
     let server = Server::open(&config).map_err(Failure::open)?;
     let http_task = http.map(|(handle, task)| {
         server.attach_http(&handle);

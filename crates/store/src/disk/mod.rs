@@ -862,17 +862,16 @@ impl Inner {
         }
     }
 
-    /// Where job `id` is stored, if it is: its locator alone for a ready or buried job; its
-    /// record too for a delayed one (the tube is in the record).
-    fn locate(&self, id: JobId) -> Result<Option<Prior>, StoreError> {
+    /// Job `id`'s locator: `None` if there is no such job, else `Some(None)` for a ready or
+    /// buried job (in `resident`), `Some(Some(until))` for a delayed one (in `due`).
+    fn locator(&self, id: JobId) -> Result<Option<Option<u64>>, StoreError> {
         let loc = self
             .jobs
             .get(id_key(id))
             .map_err(|e| self.engine_error(e))?;
         let Some(loc) = loc else { return Ok(None) };
         match decode_locator(&loc) {
-            Some(None) => Ok(Some(Prior::Resident)),
-            Some(Some(_)) => self.job(id).map(|r| r.as_ref().map(Prior::of)),
+            Some(place) => Ok(Some(place)),
             None => Err(self.corrupt(
                 &self.jobs,
                 format!("job {id}: bad locator of {} bytes", loc.len()),
@@ -880,24 +879,31 @@ impl Inner {
         }
     }
 
+    /// Where job `id` is stored, if it is: its locator alone for a ready or buried job; its
+    /// record too for a delayed one (the tube is in the record).
+    fn locate(&self, id: JobId) -> Result<Option<Prior>, StoreError> {
+        match self.locator(id)? {
+            None => Ok(None),
+            Some(None) => Ok(Some(Prior::Resident)),
+            Some(place) => self.record_at(id, place).map(|r| Some(Prior::of(&r))),
+        }
+    }
+
     fn job(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
-        let loc = self
-            .jobs
-            .get(id_key(id))
-            .map_err(|e| self.engine_error(e))?;
-        let Some(loc) = loc else { return Ok(None) };
-        let (table, value) = match decode_locator(&loc) {
-            Some(None) => (&self.resident, self.resident.get(id_key(id))),
-            Some(Some(until)) => (&self.due, self.due.get(due_key(until, id))),
-            None => {
-                return Err(self.corrupt(
-                    &self.jobs,
-                    format!("job {id}: bad locator of {} bytes", loc.len()),
-                ))
-            }
+        match self.locator(id)? {
+            None => Ok(None),
+            Some(place) => self.record_at(id, place).map(Some),
+        }
+    }
+
+    /// The record of job `id`, which its locator places at `place` (see [`Self::locator`]).
+    fn record_at(&self, id: JobId, place: Option<u64>) -> Result<JobRecord, StoreError> {
+        let (table, value) = match place {
+            None => (&self.resident, self.resident.get(id_key(id))),
+            Some(until) => (&self.due, self.due.get(due_key(until, id))),
         };
         match value.map_err(|e| self.engine_error(e))? {
-            Some(v) => decode(id, &v).map(Some).map_err(|d| self.corrupt(table, d)),
+            Some(v) => decode(id, &v).map_err(|d| self.corrupt(table, d)),
             None => Err(self.corrupt(
                 table,
                 format!("job {id} is listed in `jobs` but its record is missing"),
