@@ -67,11 +67,14 @@ pub(crate) async fn serve<R, W>(
     if let Err(error) = outcome {
         tracing::debug!(client = client.0, %error, "connection closed with an error");
     }
-    let now = shared.now();
-    shared.apply(|engine| engine.disconnect(now, client));
+    // Active-active: the database releases the client's jobs before the engine does, so a
+    // reserve here that takes one of them claims a free row (released by the engine first,
+    // the claim would race the release and could lose).
     if let Some(active) = shared.active.get() {
         active::disconnected(active, client).await;
     }
+    let now = shared.now();
+    shared.apply(|engine| engine.disconnect(now, client));
 }
 
 /// Replies executed but not yet written.

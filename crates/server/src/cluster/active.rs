@@ -51,6 +51,8 @@ pub(crate) struct Active {
     claimers: std::sync::Mutex<std::collections::HashSet<ClientId>>,
     /// [`Node::release_all`] statements run for hung-up clients ([`Active::releases`]).
     releases: std::sync::atomic::AtomicU64,
+    /// Jobs with a claim in flight ([`InFlight`]).
+    in_flight: std::sync::Mutex<InFlight>,
 }
 
 impl Active {
@@ -73,6 +75,7 @@ impl Active {
             rows_read: std::sync::atomic::AtomicU64::new(0),
             claimers: std::sync::Mutex::new(std::collections::HashSet::new()),
             releases: std::sync::atomic::AtomicU64::new(0),
+            in_flight: std::sync::Mutex::new(InFlight::default()),
         })
     }
 
@@ -86,6 +89,17 @@ impl Active {
     /// were deferred (it recomputes its wait).
     pub(crate) fn wake_claimer(&self) {
         let _ = self.wake.try_send(());
+    }
+
+    /// Notes that `id` was announced free while the engine has it (the caller holds the
+    /// engine lock and skips the announcement): if a claim of it is in flight and loses, the
+    /// job is read again rather than left to no one ([`InFlight`]).
+    pub(crate) fn announced_while_cached(&self, id: JobId) {
+        self.in_flight().announced(id);
+    }
+
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, InFlight> {
+        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The claimer's end of the wake-ups (`None` after the first call).
@@ -236,11 +250,20 @@ pub(crate) async fn claim(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .insert(client);
-    let claim = match Batcher::ask(&active.batch.claims, (id, holder)).await {
+    active.in_flight().start(id);
+    let claim = Batcher::ask(&active.batch.claims, (id, holder)).await;
+    if matches!(claim, Ok(ClaimOutcome { won: true, .. })) {
+        active.in_flight().finish(id);
+        return Some(true);
+    }
+    // Lost (or not asked): the engine drops the job first, then the in-flight mark goes, so an
+    // announcement the watcher skipped because the engine still had it is seen here.
+    shared.apply(|engine| engine.drop_cached(id));
+    let announced = active.in_flight().finish(id);
+    let claim = match claim {
         Ok(claim) => claim,
         Err(error) => {
             tracing::warn!(%error, id, "cannot claim a job in PostgreSQL");
-            shared.apply(|engine| engine.drop_cached(id));
             readopt_later(
                 shared.clone(),
                 active.clone(),
@@ -250,11 +273,8 @@ pub(crate) async fn claim(
             return None;
         }
     };
-    if claim.won {
-        return Some(true);
-    }
-    shared.apply(|engine| engine.drop_cached(id));
-    // Gone, held or buried elsewhere: it comes back announced if it is ever ready again. Not
+    // Gone, held or buried elsewhere: it comes back announced if it is ever ready again (and
+    // if that announcement came while this claim was in flight, it is read again now). Not
     // due yet by the database clock, or paused: adopted again then.
     if let Some(Lost::NotDue { .. }) = claim.lost {
         active
@@ -264,6 +284,8 @@ pub(crate) async fn claim(
     if let Some(Lost::NotDue { until_ms } | Lost::Paused { until_ms }) = claim.lost {
         let wait = Duration::from_millis(until_ms.saturating_sub(claim.at_ms));
         readopt_later(shared.clone(), active.clone(), id, wait);
+    } else if announced {
+        readopt_later(shared.clone(), active.clone(), id, Duration::ZERO);
     }
     Some(false)
 }
@@ -552,10 +574,64 @@ pub(crate) fn adopt_with_affinity(
     adopt_fresh(shared, now);
 }
 
+/// Jobs whose claim is in flight, each with whether an announcement of it came meanwhile.
+///
+/// The watcher skips an announced job the engine already has (its state there is settled by
+/// the claim). A claim that loses drops the job from the engine; if the announcement that
+/// makes it free again (a release by its holder, a lapsed lease) was skipped while the claim
+/// was in flight, no one would read the job again: on a node alone it would stay ready in
+/// the database and unseen. So the watcher marks such an id under the engine lock, the claim
+/// drops the job under the engine lock before it takes its mark off, and a lost claim with
+/// the mark reads the job again.
+#[derive(Debug, Default)]
+pub(crate) struct InFlight {
+    ids: std::collections::HashMap<JobId, bool>,
+}
+
+impl InFlight {
+    /// A claim of `id` is about to be sent.
+    pub(crate) fn start(&mut self, id: JobId) {
+        self.ids.insert(id, false);
+    }
+
+    /// `id` was announced free while the engine had it: noted if its claim is in flight.
+    pub(crate) fn announced(&mut self, id: JobId) {
+        if let Some(seen) = self.ids.get_mut(&id) {
+            *seen = true;
+        }
+    }
+
+    /// The claim of `id` is answered: whether an announcement came while it was in flight.
+    pub(crate) fn finish(&mut self, id: JobId) -> bool {
+        self.ids.remove(&id).unwrap_or(false)
+    }
+
+    /// Claims in flight.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.ids.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Deferred;
+    use super::{Deferred, InFlight};
     use proptest::prelude::*;
+
+    #[test]
+    fn an_announcement_counts_only_while_a_claim_is_in_flight() {
+        let mut f = InFlight::default();
+        f.announced(7); // no claim of 7: nothing to note
+        f.start(7);
+        assert!(!f.finish(7), "no announcement came during the claim");
+        f.start(7);
+        f.start(8);
+        f.announced(8);
+        assert!(!f.finish(7));
+        assert!(f.finish(8), "8 was announced while its claim was in flight");
+        assert!(!f.finish(8), "a mark ends with its claim");
+        assert_eq!(f.len(), 0);
+    }
 
     proptest! {
         /// Against a model (a sorted list): `due` hands out exactly the entries whose time has

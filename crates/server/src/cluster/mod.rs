@@ -558,7 +558,17 @@ fn watch(
             ready.dedup();
             // Jobs the engine has already (this node's own puts, above all) are not read
             // again: a stale state there is settled by the claim, which says why it lost.
-            shared.read(|engine| ready.retain(|id| engine.job_state(*id).is_none()));
+            // One whose claim is in flight is noted: if that claim loses, the job is read
+            // again (`active::InFlight`).
+            shared.read(|engine| {
+                ready.retain(|id| {
+                    let lacks = engine.job_state(*id).is_none();
+                    if !lacks {
+                        active.announced_while_cached(*id);
+                    }
+                    lacks
+                });
+            });
             // This node's own jobs now; every other node's after the affinity time, by the
             // claimer thread (claim_on_demand: at that time if reservers wait here, else at
             // its next lazy pass; by then their owners have mostly taken and deleted them, so
