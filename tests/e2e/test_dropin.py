@@ -18,6 +18,10 @@
   file, its lock file cannot be created), 0 for -h.
 * -z: the same max-job-size for the same flag, 1 GiB at most (larger values are lowered, with
   the same warning).
+* -z, -s and -f read as beanstalkd reads them (a sign, leading blanks, negative numbers wrap);
+  -s shown as binlog-max-size; the removed -c and -n accepted with beanstalkd's warning; -p
+  resolved by getaddrinfo (a service name, a number past 65535 wrapped), -l and -p failures
+  exit 111.
 * --version names the commit the binary was built from.
 """
 
@@ -432,6 +436,11 @@ def test_start_up_failures_exit_with_beanstalkds_statuses(workdir):
         "unknown flag": ["-x"],
         "flag without its value": ["-b"],
         "not a number": ["-z", "lots"],
+        "a size with a unit": ["-s", "1k"],
+        "a flag's value missing, the next flag taken for it": ["-z", "-b"],
+        "a port that is no number and no service": ["-l", "127.0.0.1", "-p", "abc"],
+        "a negative port": ["-l", "127.0.0.1", "-p", "-1"],
+        "a host that does not resolve": ["-l", "-x", "-p", "0"],
         "help": ["-h"],
     }
     try:
@@ -513,6 +522,58 @@ def test_z_gives_the_same_max_job_size(workdir, size):
             server.close()
     assert seen["tickwheel"] == seen["beanstalkd"], seen
     assert seen["tickwheel warns"] == seen["beanstalkd warns"] == (size == "2000000000"), seen
+
+
+# --- numbers and removed flags read as beanstalkd reads them ----------------------------------
+
+def stats_lines(port, keys):
+    c = Conn(port)
+    _, body = c.cmd("stats")
+    c.close()
+    return [ln for ln in body.decode().splitlines() if ln.split(":")[0] in keys]
+
+
+@pytest.mark.parametrize("args", [
+    [], ["-s", "5000"], ["-s", "-1"], ["-s", " 7"], ["-s", "+9"], ["-s", "5000000000"],
+    ["-z", "-1"], ["-f", "-5"], ["-c"], ["-n"],
+], ids=lambda a: " ".join(a) or "defaults")
+def test_sizes_and_removed_flags_mean_what_they_mean_to_beanstalkd(workdir, args):
+    """beanstalkd reads -z/-s/-f with sscanf("%zu"): a sign and leading blanks are taken, a
+    negative number wraps around (-z -1 is "as large as allowed", lowered to 1 GiB with a
+    warning); -s is shown as binlog-max-size (a C int); -c and -n were removed and are
+    accepted with a warning. Both servers start and report the same."""
+    seen = {}
+    for name, make in (("tickwheel", lambda: ServerProcess(
+            lambda port: [tickwheel_bin(), "-l", "127.0.0.1", "-p", str(port), *args],
+            "tw-sizes", workdir)), ("beanstalkd", lambda: beanstalkd_process(workdir, args))):
+        server = make()
+        try:
+            server.start()
+            seen[name] = stats_lines(server.port, ("max-job-size", "binlog-max-size"))
+            server.stop()
+            log = log_text(server)
+            seen[name + " warns"] = [w for w in ("maximum job size was set to 1073741824",
+                                                 "flag was removed. binlog is always compacted")
+                                     if w in log]
+        finally:
+            server.close()
+    assert seen["tickwheel"] == seen["beanstalkd"], seen
+    assert seen["tickwheel warns"] == seen["beanstalkd warns"], seen
+
+
+def test_a_port_number_past_65535_is_taken_as_the_c_library_takes_it(workdir):
+    """-p goes through getaddrinfo as in beanstalkd: glibc takes 65536 + P as port P."""
+    for name, binary in (("tickwheel", tickwheel_bin()), ("beanstalkd", beanstalkd_bin())):
+        server = ServerProcess(
+            lambda port, binary=binary: [binary, "-l", "127.0.0.1", "-p", str(port + 65536)],
+            f"{name}-wrapped-port", workdir)
+        try:
+            server.start()  # waits until 127.0.0.1:port accepts: the wrapped port
+            c = Conn(server.port)
+            assert c.put("x") > 0, name
+            c.close()
+        finally:
+            server.close()
 
 
 # --- --version -----------------------------------------------------------------------------

@@ -85,7 +85,13 @@ pub struct Config {
     /// active-node lock and waits for it as a standby otherwise. See
     /// `docs/decisions/0008-postgresql-backend.md`.
     pub postgres: Option<PgOptions>,
+    /// beanstalkd's `-s` (its binlog file size): tickwheel's store manages its own files, so
+    /// this is only shown, as `stats`' `binlog-max-size` (as beanstalkd shows it: a C `int`).
+    pub binlog_max_size: u64,
 }
+
+/// beanstalkd's default binlog file size (`-s`), shown as `binlog-max-size` without `-s`.
+pub const DEFAULT_BINLOG_MAX_SIZE: u64 = 10_485_760;
 
 impl Default for Config {
     fn default() -> Self {
@@ -97,6 +103,7 @@ impl Default for Config {
             clock: Arc::new(SystemClock),
             min_free_bytes: tickwheel_store::DEFAULT_MIN_FREE_BYTES,
             postgres: None,
+            binlog_max_size: DEFAULT_BINLOG_MAX_SIZE,
         }
     }
 }
@@ -137,6 +144,40 @@ impl Listener {
         let listener = TcpListener::bind(addr)
             .await
             .with_context(|| format!("cannot listen on {addr}"))?;
+        Ok(Listener::Tcp(listener))
+    }
+
+    /// Binds TCP `host` and `service` as beanstalkd's `-l` and `-p` do: the system resolver
+    /// (`getaddrinfo`, passive, stream sockets) turns both into addresses, and the first
+    /// address that binds is kept. So `service` may be a name from `/etc/services` (`http` is
+    /// port 80), an empty one picks a free port, and a number is read as the C library reads
+    /// it (glibc takes 99999 modulo 65536).
+    ///
+    /// # Errors
+    ///
+    /// The resolver knows the host or the service not (e.g. `-p abc`), or no address binds
+    /// (e.g. the port is in use); the message names `host` and `service`.
+    pub async fn bind_service(host: &str, service: &str) -> anyhow::Result<Listener> {
+        use nix::libc::{AI_PASSIVE, SOCK_STREAM};
+        let label = if host.contains(':') {
+            format!("[{host}]:{service}") // a bare IPv6 address
+        } else {
+            format!("{host}:{service}")
+        };
+        let hints = dns_lookup::AddrInfoHints {
+            flags: AI_PASSIVE,
+            address: 0,
+            socktype: SOCK_STREAM,
+            protocol: 0,
+        };
+        let addrs: Vec<std::net::SocketAddr> =
+            dns_lookup::getaddrinfo(Some(host), Some(service), Some(hints))
+                .map_err(std::io::Error::from)
+                .and_then(|found| found.map(|a| a.map(|a| a.sockaddr)).collect())
+                .with_context(|| format!("cannot listen on {label}: getaddrinfo()"))?;
+        let listener = TcpListener::bind(addrs.as_slice())
+            .await
+            .with_context(|| format!("cannot listen on {label}"))?;
         Ok(Listener::Tcp(listener))
     }
 
@@ -216,8 +257,9 @@ impl Server {
     ) -> anyhow::Result<Server> {
         // Only the in-memory store commits on the submitter's thread: see `Shared::new`.
         let inline_commits = config.data_dir.is_none() && postgres.is_none();
-        let shared = Shared::new(engine, store, config.clock.clone(), inline_commits)
+        let mut shared = Shared::new(engine, store, config.clock.clone(), inline_commits)
             .context("cannot start the commit and timer threads")?;
+        shared.binlog_max_size = config.binlog_max_size;
         shared
             .metrics
             .set_recovery_seconds(started.elapsed().as_secs_f64());

@@ -28,19 +28,30 @@ enum PgMode {
 #[command(name = "tickwheel-server", disable_version_flag = true)]
 struct Args {
     /// Listen on ADDR (an IP address or host name), or on a Unix socket with unix:PATH.
-    #[arg(short = 'l', value_name = "ADDR", default_value = "0.0.0.0")]
+    #[arg(
+        short = 'l',
+        value_name = "ADDR",
+        default_value = "0.0.0.0",
+        allow_hyphen_values = true
+    )]
     listen: String,
-    /// Listen on PORT.
-    #[arg(short = 'p', value_name = "PORT", default_value_t = 11300)]
-    port: u16,
+    /// Listen on PORT: a number or a service name from /etc/services, resolved as
+    /// beanstalkd resolves it (getaddrinfo).
+    #[arg(
+        short = 'p',
+        value_name = "PORT",
+        default_value = "11300",
+        allow_hyphen_values = true
+    )]
+    port: String,
     /// Store jobs in DIR (created if missing; one server per directory). Without -b, jobs
     /// live in memory only and a restart loses them, as in beanstalkd.
-    #[arg(short = 'b', value_name = "DIR")]
+    #[arg(short = 'b', value_name = "DIR", allow_hyphen_values = true)]
     data_dir: Option<PathBuf>,
     /// Acknowledge writes before they are fsynced, fsyncing at most every MS milliseconds
     /// (a power cut may lose up to MS ms of acknowledged writes; a crash of the process loses
     /// nothing).
-    #[arg(short = 'f', value_name = "MS")]
+    #[arg(short = 'f', value_name = "MS", value_parser = c_size, allow_hyphen_values = true)]
     fsync_every: Option<u64>,
     /// Never fsync (survives a crash of the process, not of the machine).
     #[arg(short = 'F')]
@@ -94,17 +105,25 @@ struct Args {
     postgres_mode: PgMode,
     /// Maximum job size in bytes (at most 1073741824: larger values are lowered to it, as
     /// beanstalkd does).
-    #[arg(short = 'z', value_name = "BYTES", default_value_t = 65_535)]
-    max_job_size: usize,
-    /// Accepted for compatibility with beanstalkd (binlog file size); the store manages its
-    /// own files.
-    #[arg(short = 's', value_name = "BYTES")]
+    #[arg(short = 'z', value_name = "BYTES", default_value_t = 65_535, value_parser = c_size, allow_hyphen_values = true)]
+    max_job_size: u64,
+    /// Accepted for compatibility with beanstalkd (binlog file size) and shown as `stats`'
+    /// `binlog-max-size`; the store manages its own files.
+    #[arg(short = 's', value_name = "BYTES", value_parser = c_size, allow_hyphen_values = true)]
     binlog_size: Option<u64>,
+    /// Removed from beanstalkd (its binlog is always compacted): accepted and ignored, with
+    /// beanstalkd's warning.
+    #[arg(short = 'c', hide = true)]
+    compact: bool,
+    /// Removed from beanstalkd (its binlog is always compacted): accepted and ignored, with
+    /// beanstalkd's warning.
+    #[arg(short = 'n', hide = true)]
+    no_compact: bool,
     /// Become USER once the listening sockets are bound (so a port below 1024 works when
     /// started as root) and before DIR is opened (so its files belong to USER), as beanstalkd
     /// does. USER's own supplementary groups replace the starting user's (beanstalkd keeps
     /// root's). Exits with 33 if there is no such user, 34 if the switch is refused.
-    #[arg(short = 'u', value_name = "USER")]
+    #[arg(short = 'u', value_name = "USER", allow_hyphen_values = true)]
     user: Option<String>,
     /// Serve the HTTP/JSON API, /metrics and health checks on ADDR (host:port, e.g.
     /// 127.0.0.1:11380). Off by default. A non-loopback ADDR needs --http-token.
@@ -133,6 +152,32 @@ struct Args {
 
 /// The largest `-z` (1 GiB, beanstalkd's `JOB_DATA_SIZE_LIMIT_MAX`).
 const MAX_JOB_SIZE_LIMIT: usize = 1_073_741_824;
+
+/// A size or a number of milliseconds as beanstalkd reads them (`sscanf("%zu%c")`): leading
+/// white space and a sign allowed, nothing after the digits; a negative number wraps around
+/// (`-1` is the largest value), and one too large for 64 bits is the largest value.
+///
+/// # Errors
+///
+/// Anything else (`12k`, `1.5`, an empty string): beanstalkd exits with 5 on it, as
+/// `tickwheel-server` does on every bad command line.
+fn c_size(text: &str) -> Result<u64, String> {
+    let invalid = || format!("invalid size: {text}");
+    let trimmed = text.trim_start_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r']);
+    let (negative, digits) = match trimmed.as_bytes().first() {
+        Some(b'-') => (true, &trimmed[1..]),
+        Some(b'+') => (false, &trimmed[1..]),
+        _ => (false, trimmed),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(invalid());
+    }
+    Ok(match digits.parse::<u64>() {
+        Ok(magnitude) if negative => magnitude.wrapping_neg(),
+        Ok(magnitude) => magnitude,
+        Err(_) => u64::MAX, // too large, either sign (strtoul's ERANGE)
+    })
+}
 
 /// Exit statuses shared with beanstalkd, so that scripts and service managers that act on
 /// them see the same failure: a bad command line, a socket that cannot be listened on, a data
@@ -215,9 +260,18 @@ fn main() -> anyhow::Result<()> {
         // Colours only on a terminal: not in log files, journald or docker logs.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    for (given, flag) in [(args.compact, 'c'), (args.no_compact, 'n')] {
+        if given {
+            tracing::warn!("-{flag} flag was removed. binlog is always compacted.");
+        }
+    }
+    // A negative -f (beanstalkd reads it as a huge unsigned number, then as a negative
+    // interval) syncs every write there, as -f 0 does.
     let durability = match (args.no_fsync, args.fsync_every) {
         (true, _) => Durability::None,
-        (false, Some(ms)) if ms > 0 => Durability::Periodic { interval_ms: ms },
+        (false, Some(ms)) if i64::try_from(ms).is_ok_and(|ms| ms > 0) => {
+            Durability::Periodic { interval_ms: ms }
+        }
         _ => Durability::Sync,
     };
     let postgres = match &args.postgres {
@@ -229,11 +283,12 @@ fn main() -> anyhow::Result<()> {
         }),
         None => None,
     };
-    let max_job_size = if args.max_job_size > MAX_JOB_SIZE_LIMIT {
-        tracing::warn!("maximum job size was set to {MAX_JOB_SIZE_LIMIT}");
-        MAX_JOB_SIZE_LIMIT
-    } else {
-        args.max_job_size
+    let max_job_size = match usize::try_from(args.max_job_size) {
+        Ok(size) if size <= MAX_JOB_SIZE_LIMIT => size,
+        _ => {
+            tracing::warn!("maximum job size was set to {MAX_JOB_SIZE_LIMIT}");
+            MAX_JOB_SIZE_LIMIT
+        }
     };
     let config = Config {
         data_dir: if args.in_memory { None } else { args.data_dir },
@@ -243,8 +298,10 @@ fn main() -> anyhow::Result<()> {
         clock: std::sync::Arc::new(SystemClock),
         min_free_bytes: args.min_free_space,
         postgres,
+        binlog_max_size: args
+            .binlog_size
+            .unwrap_or(tickwheel_server::DEFAULT_BINLOG_MAX_SIZE),
     };
-    let _ = args.binlog_size;
     let http = match args.http {
         Some(addr) => {
             let token = match &args.http_token {
@@ -290,7 +347,7 @@ fn main() -> anyhow::Result<()> {
         http,
     ));
     if let Err(failure) = served {
-        eprintln!("Error: {:?}", failure.error);
+        eprintln!("Error: {:#}", failure.error);
         std::process::exit(failure.status);
     }
     Ok(())
@@ -386,18 +443,18 @@ fn become_user(name: &str) -> Result<(), Failure> {
 
 async fn serve(
     listen: String,
-    port: u16,
+    port: String,
     inherited: Option<Inherited>,
     user: Option<String>,
     config: Config,
     http: Option<(String, tickwheel_server::HttpOptions)>,
 ) -> Result<(), Failure> {
-    let addr = if listen.starts_with("unix:") {
-        listen
-    } else if listen.contains(':') && !listen.starts_with('[') {
-        format!("[{listen}]:{port}") // a bare IPv6 address
-    } else {
-        format!("{listen}:{port}")
+    let bind = || async {
+        if listen.starts_with("unix:") {
+            Listener::bind(&listen).await
+        } else {
+            Listener::bind_service(&listen, &port).await
+        }
     };
     // Signal handlers first: a SIGTERM that arrives once we listen must stop us gracefully,
     // not kill us with the default action.
@@ -434,7 +491,7 @@ async fn serve(
             tracing::info!("listening on the socket passed by the service manager (LISTEN_FDS); -l and -p do not apply");
             Some(listener)
         }
-        None if user.is_some() => Some(Listener::bind(&addr).await.map_err(Failure::listen)?),
+        None if user.is_some() => Some(bind().await.map_err(Failure::listen)?),
         None => None,
     };
     if let Some(name) = &user {
@@ -448,10 +505,10 @@ async fn serve(
     });
     let listener = match early {
         Some(listener) => listener,
-        None => Listener::bind(&addr).await.map_err(Failure::listen)?,
+        None => bind().await.map_err(Failure::listen)?,
     };
     // The bound address (an inherited socket's, or the port -p 0 picked).
-    let addr = listener.local_addr().map_or(addr, |a| a.to_string());
+    let addr = listener.local_addr().map_or(listen, |a| a.to_string());
     tracing::info!(
         %addr,
         data_dir = ?config.data_dir,
@@ -501,6 +558,32 @@ impl StopSignals {
         tokio::select! {
             _ = self.terminate.recv() => {}
             _ = self.interrupt.recv() => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::c_size;
+
+    /// As glibc's `sscanf("%zu%c")` reads them (checked against beanstalkd 1.12: `-s -1` shows
+    /// `binlog-max-size: -1`, `-s ' 7'` 7, `-s +9` 9; `12k`, `1.5` and `5 ` exit with 5).
+    #[test]
+    fn sizes_read_as_beanstalkd_reads_them() {
+        assert_eq!(c_size("65535"), Ok(65_535));
+        assert_eq!(c_size(" \t7"), Ok(7));
+        assert_eq!(c_size("+9"), Ok(9));
+        assert_eq!(c_size("-1"), Ok(u64::MAX));
+        assert_eq!(c_size("-5"), Ok(u64::MAX - 4));
+        assert_eq!(c_size("-0"), Ok(0));
+        assert_eq!(c_size("99999999999999999999999"), Ok(u64::MAX));
+        assert_eq!(c_size("-18446744073709551615"), Ok(1));
+        for bad in ["", " ", "-", "+", "12k", "1.5", "5 ", "0x10", "--1", "abc"] {
+            assert_eq!(
+                c_size(bad),
+                Err(format!("invalid size: {bad}")),
+                "{bad:?} is refused"
+            );
         }
     }
 }

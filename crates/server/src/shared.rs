@@ -68,6 +68,8 @@ pub(crate) struct Shared {
     /// `clock.now()` when the server started, for `uptime`.
     started: Instant,
     pub(crate) instance_id: String,
+    /// beanstalkd's `-s`, shown in `stats` only ([`crate::Config::binlog_max_size`]).
+    pub(crate) binlog_max_size: u64,
     /// Largest clock reading handed to the engine (the engine's clock never runs backwards).
     latest: AtomicU64,
     /// Set once the first failed commit has been logged (the store refuses every write after
@@ -198,6 +200,7 @@ impl Shared {
                 "{:016x}",
                 (nanos as u64) ^ u64::from(std::process::id()).rotate_left(32)
             ),
+            binlog_max_size: crate::DEFAULT_BINLOG_MAX_SIZE,
             latest: AtomicU64::new(0),
             failure_logged: AtomicBool::new(false),
             low_space: AtomicBool::new(false),

@@ -145,7 +145,12 @@ pub(crate) fn server(shared: &Shared, s: &Stats) -> Bytes {
         ("binlog-current-index", Value::Int(0)),
         ("binlog-records-migrated", Value::Int(0)),
         ("binlog-records-written", Value::Int(0)),
-        ("binlog-max-size", Value::Int(0)),
+        // beanstalkd prints it as a C `int`: -s -1 shows -1, a size over 2 GiB wraps.
+        #[allow(clippy::cast_possible_truncation)]
+        (
+            "binlog-max-size",
+            Value::Word((shared.binlog_max_size as i32).to_string()),
+        ),
         ("draining", Value::Word(s.draining.to_string())),
         ("id", Value::Word(shared.instance_id.clone())),
         (
