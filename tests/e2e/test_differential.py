@@ -18,11 +18,12 @@ from conftest import beanstalkd_process, tickwheel_process
 from rawproto import Closed, Conn, Timeout
 
 # Server-wide stats fields whose value legitimately differs (process identity, clock,
-# version, and beanstalkd's binlog, which tickwheel does not have).
+# version, and beanstalkd's binlog, which tickwheel does not have; its -s size,
+# binlog-max-size, is shown the same).
 VOLATILE_STATS = {
     "pid", "version", "rusage-utime", "rusage-stime", "uptime", "id", "hostname", "os",
     "binlog-oldest-index", "binlog-current-index", "binlog-records-migrated",
-    "binlog-records-written", "binlog-max-size",
+    "binlog-records-written",
 }
 # Durations printed in whole seconds: compared with a tolerance of 1 s, since the two
 # servers see the clock at slightly different instants; except in TIME_SCENARIOS, which
@@ -432,7 +433,14 @@ SCENARIOS["total-jobs-after-a-restart"] = [
     put("x"), put("y", delay=100), S("use other"), put("z"), S("bury 1 0"), RESTART(),
     S("stats-tube default"), S("stats-tube other"), S("stats"),
 ]
-RESTART_SCENARIOS = {"time-fields-across-a-restart", "total-jobs-after-a-restart"}
+# beanstalkd's binlog keeps each job's counters as of its last write; tickwheel's store does
+# not (yet): masked below, and shown to differ still.
+SCENARIOS["job-counters-across-a-restart"] = [
+    put("x", pri=3), S("reserve"), S("release 1 3 0"), S("reserve"), S("bury 1 3"),
+    S("kick 1"), S("stats-job 1"), RESTART(), S("stats-job 1"),
+]
+RESTART_SCENARIOS = {"time-fields-across-a-restart", "total-jobs-after-a-restart",
+                     "job-counters-across-a-restart"}
 SCENARIOS.update(TIME_SCENARIOS)
 
 # Scenario name -> stats fields compared in no reply of it (a documented difference in one
@@ -444,6 +452,11 @@ MASKED_FIELDS = {
         "after a restart, `delay` of a delayed job is what was left of it, not the delay "
         "given to put/release: the store keeps the deadline; `file` is beanstalkd's binlog "
         "file, which tickwheel does not have (docs/protocol.md, Intentional)",
+    ),
+    "job-counters-across-a-restart": (
+        {"reserves", "releases", "buries", "kicks", "file"},
+        "beanstalkd's binlog keeps a job's counters as of its last write, tickwheel's store "
+        "does not yet (docs/protocol.md, 'What a restart keeps'); `file` as above",
     ),
 }
 
