@@ -22,6 +22,9 @@
   -s shown as binlog-max-size; the removed -c and -n accepted with beanstalkd's warning; -p
   resolved by getaddrinfo (a service name, a number past 65535 wrapped), -l and -p failures
   exit 111.
+* A data directory beanstalkd wrote (-b DIR with its binlog): its jobs are taken over, as a
+  restarted beanstalkd would recover them, and its binlog is moved aside; neither server
+  starts on a directory the other is running on (status 10).
 * --version names the commit the binary was built from.
 """
 
@@ -574,6 +577,128 @@ def test_a_port_number_past_65535_is_taken_as_the_c_library_takes_it(workdir):
             c.close()
         finally:
             server.close()
+
+
+# --- a data directory beanstalkd wrote ------------------------------------------------------
+
+def job_view(port, ids):
+    """What a client sees of each job: the stats-job fields a restart keeps, and the body."""
+    c = Conn(port)
+    out = {}
+    for i in ids:
+        line, body = c.cmd(f"stats-job {i}")
+        if not line.startswith(b"OK"):
+            out[i] = line.decode().strip()
+            continue
+        fields = dict(ln.split(": ", 1) for ln in body.decode().splitlines()[1:] if ": " in ln)
+        _, peeked = c.cmd(f"peek {i}")
+        out[i] = {k: fields[k] for k in ("tube", "state", "pri", "ttr")}
+        out[i]["body"] = peeked
+        out[i]["delayed-long"] = fields["state"] == "delayed" and int(fields["time-left"]) > 3000
+    c.close()
+    return out
+
+
+def test_a_data_directory_beanstalkd_wrote_is_taken_over_with_its_jobs(workdir):
+    """The swap: beanstalkd ran with -b DIR (jobs ready, delayed, buried, reserved, released,
+    deleted, in two tubes), died (kill -9); tickwheel-server starts with the same -b DIR and
+    serves every job beanstalkd acknowledged, as beanstalkd itself would after a restart (the
+    oracle: beanstalkd restarted on a copy of DIR). The binlog is moved aside, so a beanstalkd
+    started on DIR later does not bring back jobs tickwheel deleted."""
+    import shutil
+    data = os.path.join(workdir, "data")
+    os.mkdir(data)
+    bs = beanstalkd_process(workdir, ["-b", data])
+    try:
+        bs.start()
+        c = Conn(bs.port)
+        ids = [c.put("ready", pri=5), c.put("delayed", delay=3600), c.put("to delete")]
+        c.cmd("use other")
+        ids += [c.put(b"binary\x00\xff\r\nbody", pri=9, ttr=30), c.put("buried", pri=3)]
+        c.cmd("watch other")
+        assert c.cmd(f"delete {ids[2]}")[0] == b"DELETED"
+        reserved = []
+        for _ in range(3):  # takes 5 (pri 3), then 1 (pri 5), then 4 (pri 9)
+            line, _ = c.cmd("reserve-with-timeout 0")
+            reserved.append(int(line.split()[1]))
+        assert reserved == [ids[4], ids[0], ids[3]], reserved
+        assert c.cmd(f"bury {ids[4]} 3")[0] == b"BURIED"
+        assert c.cmd(f"release {ids[3]} 8 2000")[0] == b"RELEASED"  # delayed again
+        # ids[0] stays reserved: both servers bring it back ready.
+        c.close()
+        bs.kill()
+    finally:
+        bs.close()
+    oracle_dir = os.path.join(workdir, "oracle")
+    shutil.copytree(data, oracle_dir)
+    ask = ids + [max(ids) + 1]
+    oracle = beanstalkd_process(workdir, ["-b", oracle_dir])
+    try:
+        oracle.start()
+        want = job_view(oracle.port, ask)
+    finally:
+        oracle.close()
+    tw = tickwheel_process(data, workdir)
+    try:
+        tw.start()
+        got = job_view(tw.port, ask)
+        c = Conn(tw.port)
+        new_id = c.put("after the swap")
+        assert c.cmd(f"delete {ids[0]}")[0] == b"DELETED"
+        c.close()
+        tw.stop()
+        log = log_text(tw)
+    finally:
+        tw.close()
+    assert got == want, (got, want)
+    assert want[ids[0]]["state"] == "ready" and want[ids[2]] == "NOT_FOUND", want
+    assert new_id > max(ids), (new_id, ids)  # ids are not reused
+    assert "took over the jobs of beanstalkd's binlog" in log and "jobs=4" in log, log
+    assert not [f for f in os.listdir(data) if f.startswith("binlog.")]
+    assert os.listdir(os.path.join(data, "beanstalkd-binlog-imported"))
+    # Back to beanstalkd on DIR: the moved binlog is not replayed (ids[0], deleted through
+    # tickwheel, does not come back).
+    again = beanstalkd_process(workdir, ["-b", data])
+    try:
+        again.start()
+        assert job_view(again.port, [ids[0]]) == {ids[0]: "NOT_FOUND"}
+    finally:
+        again.close()
+
+
+def test_beanstalkd_and_tickwheel_never_share_a_data_directory(workdir):
+    """Each refuses a directory the other is running on, with beanstalkd's status 10."""
+    for first_bin, second_bin in ((beanstalkd_bin(), tickwheel_bin()),
+                                  (tickwheel_bin(), beanstalkd_bin())):
+        data = tempfile.mkdtemp(dir=workdir)
+        port = free_port()
+        first = subprocess.Popen([first_bin, "-l", "127.0.0.1", "-p", str(port), "-b", data],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE)
+        try:
+            wait_accepting(first, port)
+            second = subprocess.run(
+                [second_bin, "-l", "127.0.0.1", "-p", str(free_port()), "-b", data],
+                stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+            assert second.returncode == 10, (second_bin, second)
+        finally:
+            first.kill()
+            first.wait()
+            first.stderr.close()
+
+
+def test_a_damaged_binlog_stops_the_start_and_stays(workdir):
+    """A binlog.N that does not read as beanstalkd's: no start without its jobs, no silent
+    loss; the error names the file, and the file stays where it was."""
+    data = os.path.join(workdir, "data")
+    os.mkdir(data)
+    with open(os.path.join(data, "binlog.3"), "wb") as f:
+        f.write(b"\x07\x00\x00\x00" + b"\xff" * 100)
+    out = subprocess.run([tickwheel_bin(), "-l", "127.0.0.1", "-p", str(free_port()), "-b", data],
+                         stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+    assert out.returncode != 0, out
+    assert b"binlog.3" in out.stderr, out.stderr
+    assert os.path.exists(os.path.join(data, "binlog.3"))
 
 
 # --- --version -----------------------------------------------------------------------------

@@ -202,6 +202,41 @@ pub struct Server {
     recovered_jobs: usize,
     /// On PostgreSQL: what the watcher thread needs once the server runs.
     postgres: Option<PgNode>,
+    /// With a data directory: beanstalkd's lock on it, held while the server runs.
+    beanstalkd_lock: Option<tickwheel_store::beanstalkd::BeanstalkdLock>,
+}
+
+/// A data directory beanstalkd used: takes its lock (refused while a beanstalkd runs on it)
+/// and the jobs of its binlog, if any, into `store` (`tickwheel_store::beanstalkd`).
+fn take_over_from_beanstalkd(
+    store: &DiskStore,
+    dir: &std::path::Path,
+) -> anyhow::Result<tickwheel_store::beanstalkd::BeanstalkdLock> {
+    use tickwheel_store::beanstalkd::{self, BeanstalkdLock, BEANSTALKD_LOCK_FILE};
+    let lock = BeanstalkdLock::acquire(dir).with_context(|| {
+        format!(
+            "{} is held: a beanstalkd (or another tickwheel-server) uses {}",
+            dir.join(BEANSTALKD_LOCK_FILE).display(),
+            dir.display()
+        )
+    })?;
+    let imported = beanstalkd::import(store, dir).with_context(|| {
+        format!(
+            "cannot take over beanstalkd's binlog in {} (move its binlog.N files elsewhere to \
+             start without them)",
+            dir.display()
+        )
+    })?;
+    if let Some(i) = imported {
+        tracing::info!(
+            jobs = i.jobs,
+            already_here = i.present,
+            files = i.files,
+            moved_to = %i.moved_to.display(),
+            "took over the jobs of beanstalkd's binlog; its files were moved so that no beanstalkd replays them again"
+        );
+    }
+    Ok(lock)
 }
 
 impl Server {
@@ -219,6 +254,7 @@ impl Server {
         if let Some(options) = &config.postgres {
             return Server::open_postgres(config, options);
         }
+        let mut beanstalkd_lock = None;
         let store: Arc<dyn Store> = match &config.data_dir {
             Some(dir) => {
                 std::fs::create_dir_all(dir).with_context(|| DataDirUnusable(dir.clone()))?;
@@ -228,6 +264,7 @@ impl Server {
                         .min_free_bytes(config.min_free_bytes),
                 )
                 .with_context(|| format!("cannot open data directory {}", dir.display()))?;
+                beanstalkd_lock = Some(take_over_from_beanstalkd(&store, dir)?);
                 Arc::new(store)
             }
             None => Arc::new(MemStore::new()),
@@ -242,7 +279,9 @@ impl Server {
             .recover(engine_config.window_end_at(now))
             .context("cannot recover the stored jobs")?;
         let (engine, recovered_jobs) = start_engine(&*store, recovered, engine_config, now)?;
-        Server::assemble(config, engine, store, recovered_jobs, started, None)
+        let mut server = Server::assemble(config, engine, store, recovered_jobs, started, None)?;
+        server.beanstalkd_lock = beanstalkd_lock;
+        Ok(server)
     }
 
     /// The server around a recovered engine: the commit and timer threads started, the
@@ -268,6 +307,7 @@ impl Server {
             max_job_size: config.max_job_size,
             recovered_jobs,
             postgres,
+            beanstalkd_lock: None,
         })
     }
 

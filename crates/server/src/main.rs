@@ -210,7 +210,7 @@ impl Failure {
     /// Opening the store failed. The directory could not be taken (created, its lock file
     /// opened, or locked: another server holds it) exits with beanstalkd's 10, the rest with 1.
     fn open(error: anyhow::Error) -> Self {
-        use tickwheel_store::{StoreError, LOCK_FILE};
+        use tickwheel_store::{beanstalkd::BEANSTALKD_LOCK_FILE, StoreError, LOCK_FILE};
         let not_taken = error
             .downcast_ref::<tickwheel_server::DataDirUnusable>()
             .is_some()
@@ -218,7 +218,9 @@ impl Failure {
                 .chain()
                 .any(|cause| match cause.downcast_ref::<StoreError>() {
                     Some(StoreError::InUse { .. }) => true,
-                    Some(StoreError::Io { path, .. }) => path.ends_with(LOCK_FILE),
+                    Some(StoreError::Io { path, .. }) => {
+                        path.ends_with(LOCK_FILE) || path.ends_with(BEANSTALKD_LOCK_FILE)
+                    }
                     _ => false,
                 });
         Failure {

@@ -63,6 +63,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod beanstalkd;
 mod disk;
 mod due;
 mod error;
