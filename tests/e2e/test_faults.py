@@ -1,7 +1,9 @@
 """Faults through the server: the data directory's disk fills up (a small tmpfs mounted by the
 test; needs root and mount, else skipped with the reason).
 
-What must hold: writes that the disk may not hold answer INTERNAL_ERROR and change nothing,
+What must hold: writes that the disk may not hold are refused and change nothing (a put
+answers OUT_OF_MEMORY, as beanstalkd answers a put its full disk cannot hold, and the test
+below compares with a real beanstalkd on a full disk; other writes INTERNAL_ERROR),
 never a false INSERTED/DELETED; reads keep answering; nothing acknowledged is lost (checked
 after a restart); and once space returns, writes work again by themselves, no restart.
 
@@ -26,7 +28,7 @@ import time
 
 import pytest
 
-from conftest import tickwheel_process
+from conftest import beanstalkd_process, tickwheel_process
 from rawproto import Conn
 
 BODY = 60_000  # bytes per job: a 16 MiB tmpfs fills within a few hundred puts
@@ -90,8 +92,9 @@ def server_on(small_disk, workdir):
                              extra=("--min-free-space", str(RESERVE)))
 
 
-def fill_with_puts(c, first=0):
-    """Puts BODY-sized jobs until three are refused; returns {id: body} of the acknowledged."""
+def fill_with_puts(c, first=0, refusal=b"OUT_OF_MEMORY"):
+    """Puts BODY-sized jobs until three are refused with `refusal` (the reserve's answer to a
+    put; a poisoned store's is INTERNAL_ERROR); returns {id: body} of the acknowledged."""
     acked = {}
     failed = 0
     for i in range(first, first + 2000):
@@ -101,7 +104,7 @@ def fill_with_puts(c, first=0):
             assert failed == 0, "a put was acknowledged after one was refused (disk still full)"
             acked[int(line.split()[1])] = body_of(i)
         else:
-            assert line == b"INTERNAL_ERROR", line
+            assert line == refusal, line
             failed += 1
             if failed == 3:
                 break
@@ -124,8 +127,9 @@ def check_reads(c, acked):
 
 
 def check_all_writes_refused(c, acked):
-    """Free space is below the reserve: every write answers INTERNAL_ERROR and changes
-    nothing, reads answer as usual (including a reserve: a reservation is not stored)."""
+    """Free space is below the reserve: every write is refused (a put with OUT_OF_MEMORY, the
+    others with INTERNAL_ERROR) and changes nothing, reads answer as usual (including a
+    reserve: a reservation is not stored)."""
     check_reads(c, acked)
     first, last = min(acked), max(acked)
     assert c.cmd("reserve-with-timeout 0", 30) == (b"RESERVED %d %d" % (first, BODY),
@@ -136,7 +140,7 @@ def check_all_writes_refused(c, acked):
                 f"kick-job {last}", f"delete {first}"):
         assert c.cmd(cmd, 30) == (b"INTERNAL_ERROR", None), cmd
     c.send(b"put 0 0 60 5\r\nsmall\r\n")
-    assert c.reply(30) == (b"INTERNAL_ERROR", None)
+    assert c.reply(30) == (b"OUT_OF_MEMORY", None)
     # ... and changed nothing: the job is still there, still reserved by us.
     line, data = c.cmd(f"stats-job {first}", 30)
     assert b"state: reserved" in data, data
@@ -191,13 +195,13 @@ def test_server_fills_its_disk_refuses_writes_keeps_reads_and_recovers_by_itself
         check_reads(c, acked)
         for i in range(3):
             c.send(b"put 0 0 60 %d\r\n%s\r\n" % (BODY, body_of(9000 + i)))
-            assert c.reply(30) == (b"INTERNAL_ERROR", None)
+            assert c.reply(30) == (b"OUT_OF_MEMORY", None)
         # The guard counts bytes: a delete (a few hundred bytes) still fits, and is durable.
         last = max(acked)
         assert c.cmd(f"delete {last}", 30) == (b"DELETED", None)
         del acked[last]
         log = log_text(server)
-        assert "refusing writes (INTERNAL_ERROR) until space is freed" in log, log[-3000:]
+        assert "until space is freed" in log, log[-3000:]
 
         # Space returns: writes work again on the same connection, no restart.
         os.remove(filler)
@@ -233,7 +237,7 @@ def test_another_process_fills_the_disk_then_frees_it(small_disk, workdir):
         # the test shows the guard rather than the race it narrows (see ADR 0006).
         time.sleep(0.5)
         check_all_writes_refused(c, acked)
-        assert "refusing writes (INTERNAL_ERROR) until space is freed" in log_text(server)
+        assert "until space is freed" in log_text(server)
 
         os.remove(filler)
         first = min(acked)
@@ -271,7 +275,7 @@ def test_pipelined_puts_from_many_connections_stop_at_the_reserve(small_disk, wo
                         with lock:
                             acked[int(line.split()[1])] = b
                     else:
-                        assert line == b"INTERNAL_ERROR", line
+                        assert line == b"OUT_OF_MEMORY", line
                         refused += 1
                 if refused == len(bodies):
                     return
@@ -288,7 +292,7 @@ def test_pipelined_puts_from_many_connections_stop_at_the_reserve(small_disk, wo
         assert acked, "nothing fitted on the disk"
         assert free_bytes(small_disk) >= RESERVE // 2, "the backstop's half of the reserve was used"
         log = log_text(server)
-        assert "refusing writes (INTERNAL_ERROR) until space is freed" in log, log[-3000:]
+        assert "until space is freed" in log, log[-3000:]
         assert "from now on every write answers INTERNAL_ERROR" not in log, log[-3000:]
 
         os.remove(filler)
@@ -314,12 +318,12 @@ def test_failed_journal_write_refuses_writes_keeps_reads_loses_nothing(small_dis
     try:
         server.start()
         c = Conn(server.port, timeout=30)
-        acked = fill_with_puts(c)
+        acked = fill_with_puts(c, refusal=b"INTERNAL_ERROR")
         assert acked, "nothing fitted on the disk"
         log = log_text(server)
         assert "store commit failed: from now on every write answers INTERNAL_ERROR" in log, \
             log[-3000:]
-        assert "refusing writes (INTERNAL_ERROR) until space is freed" not in log, \
+        assert "until space is freed" not in log, \
             "the reserve refused, not the engine: the test did not reach a real write failure"
 
         # Reads answer as usual, repeatedly (not only the first one after the failure).
@@ -349,3 +353,33 @@ def test_failed_journal_write_refuses_writes_keeps_reads_loses_nothing(small_dis
         check_all_there(server, acked)
     finally:
         server.close()
+
+
+def test_a_put_on_a_full_disk_answers_as_beanstalkd_does(small_disk, workdir):
+    """Both servers fill a disk of their own (halves of the small tmpfs can't be given to
+    each, so one after the other on the same one): the first put the disk cannot hold answers
+    OUT_OF_MEMORY in both, and the connection goes on (a read works)."""
+    seen = {}
+    for name in ("beanstalkd", "tickwheel"):
+        data = os.path.join(small_disk, name)
+        os.mkdir(data)
+        if name == "beanstalkd":
+            server = beanstalkd_process(workdir, ["-b", data, "-s", "1000000"])
+        else:
+            server = tickwheel_process(data, workdir, extra=("--min-free-space", str(RESERVE)))
+        try:
+            server.start()
+            c = Conn(server.port, timeout=30)
+            first_refusal = None
+            for i in range(2000):
+                c.send(b"put 0 0 60 %d\r\n%s\r\n" % (BODY, body_of(i)))
+                line, _ = c.reply(30)
+                if not line.startswith(b"INSERTED "):
+                    first_refusal = line
+                    break
+            seen[name] = (first_refusal, c.cmd("list-tubes", 30)[0][:3])
+            c.close()
+        finally:
+            server.close()
+        subprocess.run(["rm", "-rf", data], check=True, timeout=60)
+    assert seen["tickwheel"] == seen["beanstalkd"] == (b"OUT_OF_MEMORY", b"OK "), seen

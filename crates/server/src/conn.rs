@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tickwheel_store::Ticket;
 
 use crate::cluster::active;
-use crate::shared::{Pending, Shared};
+use crate::shared::{Pending, Refused, Shared};
 use crate::stats;
 
 /// Replies held back (waiting for their commits) before they are written anyway.
@@ -382,8 +382,13 @@ async fn wait_for_job<R: AsyncRead + Unpin>(
 /// waits for.
 fn execute(shared: &Shared, client: ClientId, command: Command) -> (Ticket, Outcome) {
     if let Some(bytes) = write_bytes(&command) {
-        if !shared.writable(bytes) {
-            return (Ticket::done(), Outcome::Reply(Reply::InternalError));
+        if let Err(refused) = shared.admit(bytes) {
+            // beanstalkd answers a put its full disk cannot hold with OUT_OF_MEMORY.
+            let reply = match (refused, &command) {
+                (Refused::LowSpace, Command::Put { .. }) => Reply::OutOfMemory,
+                _ => Reply::InternalError,
+            };
+            return (Ticket::done(), Outcome::Reply(reply));
         }
     }
     let (now, past_the_ms) = shared.clock_reading();
@@ -677,8 +682,8 @@ mod tests {
         String::from_utf8_lossy(&out).into_owned()
     }
 
-    /// Below the reserve, every command that would change the store answers `INTERNAL_ERROR`
-    /// and changes nothing (engine or store); reads, `reserve` and `touch` work; once space
+    /// Below the reserve, every command that would change the store is refused (a put with
+    /// `OUT_OF_MEMORY`, the others with `INTERNAL_ERROR`) and changes nothing (engine or store); reads, `reserve` and `touch` work; once space
     /// returns, writes work again.
     #[test]
     fn below_the_reserve_writes_are_refused_before_the_engine_and_reads_work() {
@@ -708,8 +713,12 @@ mod tests {
         assert_eq!(reply(&shared, client, "touch 1\r\n"), "TOUCHED\r\n");
         let before = stats(&shared);
         assert!(before.len() >= 5, "{before:?}");
+        assert_eq!(
+            reply(&shared, client, "put 0 0 60 4\r\nfour\r\n"),
+            "OUT_OF_MEMORY\r\n",
+            "beanstalkd's answer to a put its full disk cannot hold"
+        );
         for line in [
-            "put 0 0 60 4\r\nfour\r\n",
             "delete 2\r\n",
             "delete 1\r\n",
             "release 1 0 0\r\n",

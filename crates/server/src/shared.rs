@@ -304,10 +304,11 @@ impl Shared {
 
     /// Asked before a command that may make durable changes runs: whether the store would
     /// take about `bytes` more bytes now. A refused command must not touch the engine (so its
-    /// memory never holds a change the store did not take) and answers `INTERNAL_ERROR`.
-    /// Logs once when refusals for lack of space start and once when they end; they end by
-    /// themselves once space is freed.
-    pub(crate) fn writable(&self, bytes: u64) -> bool {
+    /// memory never holds a change the store did not take); it answers `OUT_OF_MEMORY` if a
+    /// `put` was refused for lack of disk space (beanstalkd's answer to a put its full disk
+    /// cannot hold), `INTERNAL_ERROR` otherwise. Logs once when refusals for lack of space
+    /// start and once when they end; they end by themselves once space is freed.
+    pub(crate) fn admit(&self, bytes: u64) -> Result<(), Refused> {
         match self.group.writable(bytes) {
             Ok(()) => {
                 if self.low_space.load(Ordering::Relaxed)
@@ -322,18 +323,19 @@ impl Shared {
                 {
                     tracing::info!("the database answers again: writes are accepted again");
                 }
-                true
+                Ok(())
             }
             Err(error @ StoreError::LowSpace { .. }) => {
                 if !self.low_space.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
                         %error,
-                        "refusing writes (INTERNAL_ERROR) until space is freed; reads keep \
+                        "refusing writes (puts answer OUT_OF_MEMORY, as beanstalkd's on a full \
+                         disk, other writes INTERNAL_ERROR) until space is freed; reads keep \
                          working and nothing acknowledged is affected (--min-free-space sets \
                          the reserve)"
                     );
                 }
-                false
+                Err(Refused::LowSpace)
             }
             Err(error @ StoreError::Unavailable { .. }) => {
                 if !self.unreachable.swap(true, Ordering::Relaxed) {
@@ -344,13 +346,18 @@ impl Shared {
                          is affected"
                     );
                 }
-                false
+                Err(Refused::Other)
             }
             Err(error) => {
                 self.log_store_failure(&error);
-                false
+                Err(Refused::Other)
             }
         }
+    }
+
+    /// [`Shared::admit`] as a yes or no.
+    pub(crate) fn writable(&self, bytes: u64) -> bool {
+        self.admit(bytes).is_ok()
     }
 
     /// The ticket of the latest batch submitted: resolves once everything submitted so far
@@ -661,4 +668,13 @@ mod tests {
             }
         }
     }
+}
+
+/// Why [`Shared::admit`] refused a write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// Less free disk space than the reserve would remain.
+    LowSpace,
+    /// The store refuses writes for another reason (a failed commit, an unreachable database).
+    Other,
 }

@@ -405,7 +405,8 @@ mod tests {
     #[test]
     fn a_delayed_deadline_is_rounded_up_never_early() {
         let mut r = Replay::default();
-        r.file(&file(&[rec("t", 5, 4, Some(b"x"))])).expect("replays");
+        r.file(&file(&[rec("t", 5, 4, Some(b"x"))]))
+            .expect("replays");
         let (jobs, _) = r.into_jobs();
         assert_eq!(
             jobs[0].state,
