@@ -40,7 +40,7 @@ def cpu(pid):
         with open(f'/proc/{pid}/stat') as f:
             rest = f.read().rsplit(')', 1)[1].split()
         return int(rest[11]) + int(rest[12])
-    except OSError:
+    except (OSError, IndexError, ValueError):  # gone, or read while it exited
         return None
 
 

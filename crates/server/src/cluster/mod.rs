@@ -362,10 +362,18 @@ pub(crate) const STALE: Duration = Duration::from_secs(3);
 /// [`active::AFFINITY`] time, and a reserver that starts waiting wakes the claimer at once).
 pub(crate) const LAZY: Duration = Duration::from_secs(1);
 
+/// How long after their [`active::AFFINITY`] time the lazy pass leaves other nodes' deferred
+/// jobs alone while this node's engine has ready jobs (its reservers have work): adopted then,
+/// those jobs queue behind that work and their claims come late, mostly after their owners'
+/// (a lost claim each, whichever wins: ADR 0008, session 15). Waiting reservers still adopt
+/// them at their time; this only bounds how long a busy node keeps them deferred.
+pub(crate) const LAZY_BUSY: Duration = Duration::from_secs(5);
+
 /// Claim on demand (active-active), on a thread of its own: adopts other nodes' deferred jobs
 /// whose [`active::AFFINITY`] time has passed, at that time while reservers wait on this node
 /// and at once when one starts waiting ([`active::Active::wake_claimer`], sent by `reserve`);
-/// with no reserver waiting, together at most every [`LAZY`] (the fallback pass).
+/// with no reserver waiting, together at most every [`LAZY`] (the fallback pass; on a node
+/// with ready jobs of its own only those deferred [`LAZY_BUSY`] or longer).
 fn claim_on_demand(
     shared: &Shared,
     active: &active::Active,
@@ -391,11 +399,21 @@ fn claim_on_demand(
         if active.deferred().next_in(now) != Some(Duration::ZERO) {
             continue;
         }
-        let mut due = if reservers_waiting(shared) {
+        let (waiting, ready) = shared.read(|engine| {
+            let stats = engine.stats();
+            (stats.waiting, stats.ready)
+        });
+        let mut due = if waiting > 0 {
             active.deferred().due(now, 3000)
         } else if lazy_read.elapsed() >= LAZY {
             lazy_read = std::time::Instant::now();
-            active.deferred().due(now, usize::MAX)
+            let until = if ready > 0 {
+                let busy = u64::try_from(LAZY_BUSY.as_millis()).unwrap_or(u64::MAX);
+                now.saturating_sub(busy)
+            } else {
+                now
+            };
+            active.deferred().due(until, usize::MAX)
         } else {
             continue;
         };
