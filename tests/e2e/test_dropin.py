@@ -458,25 +458,31 @@ def test_start_up_failures_exit_with_beanstalkds_statuses(workdir):
         squatter.close()
 
 
+def second_server_status(first_bin, second_bin, data):
+    """Starts `first_bin -b data`, then `second_bin -b data` while the first serves; returns
+    the second's exit status."""
+    port = free_port()
+    first = subprocess.Popen([first_bin, "-l", "127.0.0.1", "-p", str(port), "-b", data],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE)
+    try:
+        wait_accepting(first, port)
+        second = subprocess.run(
+            [second_bin, "-l", "127.0.0.1", "-p", str(free_port()), "-b", data],
+            stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+        return second.returncode
+    finally:
+        first.kill()
+        first.wait()
+        first.stderr.close()
+
+
 def test_a_data_directory_in_use_exits_10_like_beanstalkd(workdir):
     codes = {}
     for name, binary in (("tickwheel", tickwheel_bin()), ("beanstalkd", beanstalkd_bin())):
         data = os.path.join(workdir, name)
         os.mkdir(data)
-        port = free_port()
-        first = subprocess.Popen([binary, "-l", "127.0.0.1", "-p", str(port), "-b", data],
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.PIPE)
-        try:
-            wait_accepting(first, port)
-            second = subprocess.run(
-                [binary, "-l", "127.0.0.1", "-p", str(free_port()), "-b", data],
-                stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
-            codes[name] = second.returncode
-        finally:
-            first.kill()
-            first.wait()
-            first.stderr.close()
+        codes[name] = second_server_status(binary, binary, data)
     assert codes == {"tickwheel": 10, "beanstalkd": 10}, codes
 
 
@@ -671,20 +677,7 @@ def test_beanstalkd_and_tickwheel_never_share_a_data_directory(workdir):
     for first_bin, second_bin in ((beanstalkd_bin(), tickwheel_bin()),
                                   (tickwheel_bin(), beanstalkd_bin())):
         data = tempfile.mkdtemp(dir=workdir)
-        port = free_port()
-        first = subprocess.Popen([first_bin, "-l", "127.0.0.1", "-p", str(port), "-b", data],
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.PIPE)
-        try:
-            wait_accepting(first, port)
-            second = subprocess.run(
-                [second_bin, "-l", "127.0.0.1", "-p", str(free_port()), "-b", data],
-                stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
-            assert second.returncode == 10, (second_bin, second)
-        finally:
-            first.kill()
-            first.wait()
-            first.stderr.close()
+        assert second_server_status(first_bin, second_bin, data) == 10, second_bin
 
 
 def test_a_damaged_binlog_stops_the_start_and_stays(workdir):

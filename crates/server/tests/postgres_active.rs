@@ -411,6 +411,24 @@ async fn a_node_whose_clock_is_ahead_loses_no_claim_as_not_due() {
     ahead.shutdown().await;
 }
 
+/// Two nodes, an owner and a helper, with a client each (`p` on the owner, `c` on the
+/// helper), returned once the helper is listening and has done its first read of the table
+/// after `LISTEN` (which reads every free job it lacks, delayed ones too: those announced
+/// before it listened): it serves a job put through the owner, and its listener thread does
+/// that read before it looks at any announcement. Without this, a loaded machine could bring
+/// the helper's `LISTEN` up after a test's next put, and that first read would read the job
+/// early.
+async fn two_nodes_listening(cluster: &Cluster) -> (Running, Running, util::Client, util::Client) {
+    let owner = Running::open(&config(cluster)).await;
+    let helper = Running::open(&config(cluster)).await;
+    let mut p = owner.client().await;
+    let mut c = helper.client().await;
+    let warm = p.put(0, 0, 60, "warm").await;
+    assert_eq!(c.reserve(10).await, (warm, "warm".to_owned()));
+    assert_eq!(c.cmd(&format!("delete {warm}")).await, "DELETED");
+    (owner, helper, p, c)
+}
+
 /// A node that leaves another node's delayed job to its owner reads it once, when it is due:
 /// the announcement carries the due time (ADR 0008 session 11). Before, the node read the row
 /// when it was announced (to learn the due time) and again when it was due. The owner serves
@@ -420,18 +438,7 @@ async fn another_nodes_delayed_job_is_read_once_when_due_not_when_announced() {
     let Some(cluster) = cluster_for_test() else {
         return;
     };
-    let owner = Running::open(&config(&cluster)).await;
-    let helper = Running::open(&config(&cluster)).await;
-    let mut p = owner.client().await;
-    let mut c = helper.client().await;
-    // The helper is listening, and has done its first read of the table after `LISTEN` (which
-    // reads every free job it lacks, delayed ones too: those announced before it listened),
-    // once it serves a job put through the owner: the listener thread does that read before
-    // it looks at any announcement. Without this, a loaded machine could bring the helper's
-    // `LISTEN` up after the put below, and that first read would read the delayed job early.
-    let warm = p.put(0, 0, 60, "warm").await;
-    assert_eq!(c.reserve(10).await, (warm, "warm".to_owned()));
-    assert_eq!(c.cmd(&format!("delete {warm}")).await, "DELETED");
+    let (owner, helper, mut p, mut c) = two_nodes_listening(&cluster).await;
     let waiting = tokio::spawn(async move {
         let got = c.reserve(30).await;
         (c, got)
@@ -496,14 +503,7 @@ async fn a_busy_node_leaves_another_nodes_ready_job_to_its_owner() {
     let Some(cluster) = cluster_for_test() else {
         return;
     };
-    let owner = Running::open(&config(&cluster)).await;
-    let helper = Running::open(&config(&cluster)).await;
-    let mut p = owner.client().await;
-    let mut c = helper.client().await;
-    // The helper listens and has done its first read (see the test above).
-    let warm = p.put(0, 0, 60, "warm").await;
-    assert_eq!(c.reserve(10).await, (warm, "warm".to_owned()));
-    assert_eq!(c.cmd(&format!("delete {warm}")).await, "DELETED");
+    let (owner, helper, mut p, mut c) = two_nodes_listening(&cluster).await;
     // Work of the helper's own, ready, that no reserver has taken yet.
     let own = c.put(0, 0, 60, "own").await;
     let read_before = helper.handle.rows_read_to_adopt().expect("active-active");
