@@ -31,6 +31,7 @@
 import grp
 import os
 import pwd
+import random
 import re
 import signal
 import socket
@@ -670,6 +671,71 @@ def test_a_data_directory_beanstalkd_wrote_is_taken_over_with_its_jobs(workdir):
         assert job_view(again.port, [ids[0]]) == {ids[0]: "NOT_FOUND"}
     finally:
         again.close()
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_long_beanstalkd_history_in_many_binlog_files_is_taken_over_exactly(workdir, seed):
+    """3000 random commands (puts with delays far enough not to come due during the test,
+    bodies of every byte, deletes, reserves,
+    releases, buries, kicks, in four tubes) against beanstalkd with 20 kB binlog files, so
+    that its history spans ~30 files with rotations and compaction moves; killed. Every id
+    must read in tickwheel exactly as in beanstalkd restarted on a copy (the oracle)."""
+    import shutil
+    rnd = random.Random(seed)
+    data = os.path.join(workdir, "data")
+    os.mkdir(data)
+    bs = beanstalkd_process(workdir, ["-b", data, "-s", "20000"])
+    ids = []
+    try:
+        bs.start()
+        c = Conn(bs.port)
+        tubes = ["default", "a", "b-1", "c_2"]
+        for n in range(3000):
+            op = rnd.random()
+            if op < 0.55 or not ids:
+                c.cmd(f"use {rnd.choice(tubes)}")
+                ids.append(c.put(rnd.randbytes(rnd.randint(0, 300)),
+                                 pri=rnd.randint(0, 2**32 - 1),
+                                 delay=rnd.choice([0, 0, 3600]), ttr=rnd.randint(1, 500)))
+            elif op < 0.75:
+                c.cmd(f"delete {rnd.choice(ids)}")
+            else:
+                c.cmd(f"watch {rnd.choice(tubes)}")
+                line, _ = c.cmd("reserve-with-timeout 0")
+                if line.startswith(b"RESERVED"):
+                    job, r = int(line.split()[1]), rnd.random()
+                    if r < 0.3:
+                        c.cmd(f"bury {job} {rnd.randint(0, 100)}")
+                    elif r < 0.6:
+                        c.cmd(f"release {job} {rnd.randint(0, 100)} {rnd.choice([0, 100])}")
+                    elif r < 0.8:
+                        c.cmd(f"delete {job}")
+                    # else it stays reserved: ready again after the restart
+            if n % 500 == 0:
+                c.cmd("kick 50")
+        c.close()
+        bs.kill()
+    finally:
+        bs.close()
+    assert len([f for f in os.listdir(data) if f.startswith("binlog.")]) > 10
+    oracle_dir = os.path.join(workdir, "oracle")
+    shutil.copytree(data, oracle_dir)
+    ask = list(range(1, max(ids) + 2))
+    oracle = beanstalkd_process(workdir, ["-b", oracle_dir])
+    try:
+        oracle.start()
+        want = job_view(oracle.port, ask)
+    finally:
+        oracle.close()
+    tw = tickwheel_process(data, workdir)
+    try:
+        tw.start()
+        got = job_view(tw.port, ask)
+    finally:
+        tw.close()
+    assert sum(isinstance(v, dict) for v in want.values()) > 500, "too few live jobs to mean much"
+    diff = {i: (want[i], got[i]) for i in ask if want[i] != got[i]}
+    assert not diff, list(diff.items())[:5]
 
 
 def test_beanstalkd_and_tickwheel_never_share_a_data_directory(workdir):
