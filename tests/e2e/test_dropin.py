@@ -33,6 +33,7 @@ import os
 import pwd
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -606,13 +607,25 @@ def job_view(port, ids):
     return out
 
 
+def oracle_view(workdir, data, ids):
+    """What beanstalkd itself recovers from `data`: its job_view of `ids` after a restart on a
+    copy (the copy leaves `data` as it was for tickwheel)."""
+    copy = os.path.join(workdir, "oracle")
+    shutil.copytree(data, copy)
+    oracle = beanstalkd_process(workdir, ["-b", copy])
+    try:
+        oracle.start()
+        return job_view(oracle.port, ids)
+    finally:
+        oracle.close()
+
+
 def test_a_data_directory_beanstalkd_wrote_is_taken_over_with_its_jobs(workdir):
     """The swap: beanstalkd ran with -b DIR (jobs ready, delayed, buried, reserved, released,
     deleted, in two tubes), died (kill -9); tickwheel-server starts with the same -b DIR and
     serves every job beanstalkd acknowledged, as beanstalkd itself would after a restart (the
     oracle: beanstalkd restarted on a copy of DIR). The binlog is moved aside, so a beanstalkd
     started on DIR later does not bring back jobs tickwheel deleted."""
-    import shutil
     data = os.path.join(workdir, "data")
     os.mkdir(data)
     bs = beanstalkd_process(workdir, ["-b", data])
@@ -636,15 +649,8 @@ def test_a_data_directory_beanstalkd_wrote_is_taken_over_with_its_jobs(workdir):
         bs.kill()
     finally:
         bs.close()
-    oracle_dir = os.path.join(workdir, "oracle")
-    shutil.copytree(data, oracle_dir)
     ask = ids + [max(ids) + 1]
-    oracle = beanstalkd_process(workdir, ["-b", oracle_dir])
-    try:
-        oracle.start()
-        want = job_view(oracle.port, ask)
-    finally:
-        oracle.close()
+    want = oracle_view(workdir, data, ask)
     tw = tickwheel_process(data, workdir)
     try:
         tw.start()
@@ -680,7 +686,6 @@ def test_a_long_beanstalkd_history_in_many_binlog_files_is_taken_over_exactly(wo
     releases, buries, kicks, in four tubes) against beanstalkd with 20 kB binlog files, so
     that its history spans ~30 files with rotations and compaction moves; killed. Every id
     must read in tickwheel exactly as in beanstalkd restarted on a copy (the oracle)."""
-    import shutil
     rnd = random.Random(seed)
     data = os.path.join(workdir, "data")
     os.mkdir(data)
@@ -718,15 +723,8 @@ def test_a_long_beanstalkd_history_in_many_binlog_files_is_taken_over_exactly(wo
     finally:
         bs.close()
     assert len([f for f in os.listdir(data) if f.startswith("binlog.")]) > 10
-    oracle_dir = os.path.join(workdir, "oracle")
-    shutil.copytree(data, oracle_dir)
     ask = list(range(1, max(ids) + 2))
-    oracle = beanstalkd_process(workdir, ["-b", oracle_dir])
-    try:
-        oracle.start()
-        want = job_view(oracle.port, ask)
-    finally:
-        oracle.close()
+    want = oracle_view(workdir, data, ask)
     tw = tickwheel_process(data, workdir)
     try:
         tw.start()
