@@ -155,8 +155,8 @@ impl Listener {
     ///
     /// # Errors
     ///
-    /// The resolver knows the host or the service not (e.g. `-p abc`), or no address binds
-    /// (e.g. the port is in use); the message names `host` and `service`.
+    /// The resolver does not know the host or the service (e.g. `-p abc`), or no address
+    /// binds (e.g. the port is in use); the message names `host` and `service`.
     pub async fn bind_service(host: &str, service: &str) -> anyhow::Result<Listener> {
         use nix::libc::{AI_PASSIVE, SOCK_STREAM};
         let label = if host.contains(':') {
@@ -242,13 +242,16 @@ fn take_over_from_beanstalkd(
 impl Server {
     /// Opens the store (creating the data directory if needed), recovers every job and starts
     /// the store's committer thread (on disk and on PostgreSQL; in memory each commit is made
-    /// by the command that caused it).
+    /// by the command that caused it). A data directory beanstalkd wrote is taken over first:
+    /// the jobs of its binlog are committed and its files moved aside
+    /// ([`tickwheel_store::beanstalkd`]).
     ///
     /// # Errors
     ///
     /// The data directory cannot be created or opened, another process uses it ("DIR is in
-    /// use by pid N"), or its contents are corrupt (the error names the file and offset where
-    /// the store can tell).
+    /// use by pid N", or a beanstalkd holds `DIR/lock`), or its contents are corrupt (the error
+    /// names the file and offset where the store can tell; a beanstalkd binlog that does not
+    /// read stops the start too).
     pub fn open(config: &Config) -> anyhow::Result<Server> {
         let started = std::time::Instant::now();
         if let Some(options) = &config.postgres {
