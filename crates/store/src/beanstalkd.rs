@@ -102,6 +102,10 @@ impl Replay {
             if id == 0 {
                 break; // trailing zeros: the end of what was written
             }
+            if id == u64::MAX {
+                // No id could follow it: not one beanstalkd hands out in practice.
+                return Err((start, format!("job id {id} leaves no id for later jobs")));
+            }
             let state = rec[76];
             let full = name_len > 0;
             if !full && !self.jobs.contains_key(&id) {
@@ -262,7 +266,9 @@ pub fn import(store: &dyn Store, dir: &Path) -> Result<Option<Imported>, StoreEr
     }
     let (jobs, max_id) = replay.into_jobs();
     let mut present = 0;
-    let mut batch = vec![Change::ReserveIds { end: max_id + 1 }];
+    let mut batch = vec![Change::ReserveIds {
+        end: max_id.saturating_add(1),
+    }];
     let mut batch_bytes = 0;
     let mut imported = 0;
     for job in jobs {
@@ -473,6 +479,58 @@ mod tests {
         assert!(
             matches!(jobs[1].state, DurableState::Delayed { until } if until > jobs[1].created + 499_000)
         );
+    }
+
+    #[test]
+    fn the_largest_id_is_refused_not_an_overflow() {
+        let err = Replay::default()
+            .file(&file(&[rec("t", u64::MAX, 1, Some(b"x"))]))
+            .expect_err("refused");
+        assert_eq!(err.0, 4);
+        assert!(err.1.contains("leaves no id"), "{err:?}");
+    }
+
+    /// The import commits the live jobs, keeps later ids above them, moves the files, and a
+    /// second start (files gone) imports nothing; a damaged file is refused and stays.
+    #[test]
+    fn an_import_commits_reserves_ids_and_moves_the_files() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = crate::MemStore::new();
+        std::fs::write(
+            dir.path().join("binlog.2"),
+            file(&[
+                rec("t", 4, 1, Some(b"x")),
+                rec("t", 9, 3, Some(b"y")),
+                rec("", 4, 0, None),
+            ]),
+        )
+        .expect("write");
+        std::fs::write(dir.path().join("binlog.txt"), b"not a binlog").expect("write");
+        let done = import(&store, dir.path())
+            .expect("imports")
+            .expect("a binlog");
+        assert_eq!((done.jobs, done.present, done.files), (1, 0, 1));
+        assert!(
+            store.get(4).expect("get").is_none(),
+            "deleted in the binlog"
+        );
+        let job = store.get(9).expect("get").expect("imported");
+        assert_eq!((job.state, &*job.body), (DurableState::Buried, &b"y"[..]));
+        assert!(store.recover(0).expect("recover").next_id >= 10);
+        assert!(!dir.path().join("binlog.2").exists());
+        assert!(done.moved_to.join("binlog.2").exists());
+        assert!(
+            dir.path().join("binlog.txt").exists(),
+            "not a binlog.N name"
+        );
+        assert_eq!(import(&store, dir.path()).expect("again"), None);
+
+        std::fs::write(dir.path().join("binlog.3"), [7, 0, 0, 0, 5, 0, 0, 0]).expect("write");
+        assert!(matches!(
+            import(&store, dir.path()),
+            Err(StoreError::Corrupt { offset: 4, .. })
+        ));
+        assert!(dir.path().join("binlog.3").exists(), "a refused file stays");
     }
 
     mod prop {
