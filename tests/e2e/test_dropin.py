@@ -590,7 +590,8 @@ def test_a_port_number_past_65535_is_taken_as_the_c_library_takes_it(workdir):
 # --- a data directory beanstalkd wrote ------------------------------------------------------
 
 def job_view(port, ids):
-    """What a client sees of each job: the stats-job fields a restart keeps, and the body."""
+    """What a client sees of each job: the stats-job fields a restart keeps (the delay given
+    and the counters among them), and the body."""
     c = Conn(port)
     out = {}
     for i in ids:
@@ -600,7 +601,8 @@ def job_view(port, ids):
             continue
         fields = dict(ln.split(": ", 1) for ln in body.decode().splitlines()[1:] if ": " in ln)
         _, peeked = c.cmd(f"peek {i}")
-        out[i] = {k: fields[k] for k in ("tube", "state", "pri", "ttr")}
+        out[i] = {k: fields[k] for k in ("tube", "state", "pri", "ttr", "delay", "reserves",
+                                         "timeouts", "releases", "buries", "kicks")}
         out[i]["body"] = peeked
         out[i]["delayed-long"] = fields["state"] == "delayed" and int(fields["time-left"]) > 3000
     c.close()

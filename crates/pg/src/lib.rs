@@ -52,7 +52,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use postgres::{Client, NoTls, Row, Statement};
-use tickwheel_queue::{Change, DurableState, JobId, JobRecord, TubeName, FOREIGN_ID_BASE};
+use tickwheel_queue::{
+    Change, DurableState, JobHistory, JobId, JobRecord, TubeName, FOREIGN_ID_BASE,
+};
 use tickwheel_store::{validate, Recovered, Store, StoreError};
 
 mod lock;
@@ -286,8 +288,8 @@ struct Sql {
     announce: Option<String>,
 }
 
-const COLUMNS: &str =
-    "id, tube, priority, ttr_ms, state, until_ms, created_ms, body, idempotency_key";
+const COLUMNS: &str = "id, tube, priority, ttr_ms, state, until_ms, created_ms, body, \
+     idempotency_key, delay_ms, reserves, timeouts, releases, buries, kicks";
 
 impl Sql {
     /// `shared`: the statement of an active-active node ([`PgStore::shared`]): the commit
@@ -300,6 +302,18 @@ impl Sql {
         // (`announce`): a transaction that NOTIFYs holds PostgreSQL's cluster-wide notification
         // lock from its pre-commit until its commit is flushed, so group commits that NOTIFY
         // themselves would wait for each other's WAL flush across all nodes.
+        // The history an update writes: one node alone writes its engine's (as the embedded
+        // store does); nodes sharing the schema count it in their own statements (`node.rs`),
+        // so a node's cache of a job another node acted on never writes stale counters back.
+        // (The parameters are typed in the `unnest` either way.)
+        let history = if shared {
+            // The one change that reaches a shared schema only through here: `kick-job` (a
+            // buried or delayed row made ready; `kick` and `release` set the state first).
+            ", kicks = j.kicks + (j.state IN (1, 2) AND u.state = 0)::int"
+        } else {
+            ", delay_ms = u.delay, reserves = u.reserves, timeouts = u.timeouts, \
+             releases = u.releases, buries = u.buries, kicks = u.kicks"
+        };
         let (offset, free) = if shared {
             (
                 // $16 is the node's clock when it sent the commit: a due time of the node's
@@ -329,26 +343,35 @@ impl Sql {
                      INSERT INTO {s}.jobs AS j ({COLUMNS})
                      SELECT u.id, u.tube, u.priority, u.ttr, u.state,
                             CASE WHEN u.state = 1 THEN u.until_ms + off.d ELSE u.until_ms END,
-                            u.created, u.body, u.key
+                            u.created, u.body, u.key, u.delay, u.reserves, u.timeouts,
+                            u.releases, u.buries, u.kicks
                      FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[],
                                  $5::smallint[], $6::bigint[], $7::bigint[], $8::bytea[],
-                                 $15::text[])
-                          AS u(id, tube, priority, ttr, state, until_ms, created, body, key),
+                                 $15::text[], $18::bigint[], $19::bigint[], $20::bigint[],
+                                 $21::bigint[], $22::bigint[], $23::bigint[])
+                          AS u(id, tube, priority, ttr, state, until_ms, created, body, key,
+                               delay, reserves, timeouts, releases, buries, kicks),
                           off
                      ON CONFLICT (id) DO UPDATE SET tube = excluded.tube,
                          priority = excluded.priority, ttr_ms = excluded.ttr_ms,
                          state = excluded.state, until_ms = excluded.until_ms,
                          created_ms = excluded.created_ms, body = excluded.body,
                          idempotency_key = excluded.idempotency_key,
+                         delay_ms = excluded.delay_ms, reserves = excluded.reserves,
+                         timeouts = excluded.timeouts, releases = excluded.releases,
+                         buries = excluded.buries, kicks = excluded.kicks,
                          holder = NULL, lease_until_ms = NULL
                      WHERE {free}
                  ), upd AS (
                      UPDATE {s}.jobs j SET state = u.state,
                          until_ms = CASE WHEN u.state = 1 THEN u.until_ms + off.d
                                          ELSE u.until_ms END,
-                         priority = u.priority, holder = NULL, lease_until_ms = NULL
-                     FROM unnest($9::bigint[], $10::smallint[], $11::bigint[], $12::bigint[])
-                         AS u(id, state, until_ms, priority), off
+                         priority = u.priority, holder = NULL, lease_until_ms = NULL{history}
+                     FROM unnest($9::bigint[], $10::smallint[], $11::bigint[], $12::bigint[],
+                                 $24::bigint[], $25::bigint[], $26::bigint[], $27::bigint[],
+                                 $28::bigint[], $29::bigint[])
+                         AS u(id, state, until_ms, priority, delay, reserves, timeouts,
+                              releases, buries, kicks), off
                      WHERE j.id = u.id AND {free}
                  ), del AS (
                      DELETE FROM {s}.jobs j WHERE j.id = ANY($13::bigint[]) AND {free}
@@ -403,8 +426,28 @@ fn big(v: u64) -> i64 {
 /// One id's net change within a group commit.
 enum Net {
     Upsert(JobRecord),
-    Update(DurableState, u32),
+    Update(DurableState, u32, JobHistory),
     Delete,
+}
+
+/// The history columns of a group commit's upserts or updates, one array per column.
+#[derive(Default)]
+struct HistoryColumns([Vec<i64>; 6]);
+
+impl HistoryColumns {
+    fn push(&mut self, h: &JobHistory) {
+        let values = [
+            big(h.delay),
+            i64::from(h.reserves),
+            i64::from(h.timeouts),
+            i64::from(h.releases),
+            i64::from(h.buries),
+            i64::from(h.kicks),
+        ];
+        for (column, v) in self.0.iter_mut().zip(values) {
+            column.push(v);
+        }
+    }
 }
 
 fn state_columns(state: DurableState) -> (i16, i64) {
@@ -429,15 +472,13 @@ fn fold(batch: &[Change]) -> (BTreeMap<JobId, Net>, Option<JobId>) {
                 id,
                 state,
                 priority,
+                history,
             } => match net.get_mut(id) {
-                Some(Net::Upsert(r)) => {
-                    r.state = *state;
-                    r.priority = *priority;
-                }
+                Some(Net::Upsert(r)) => r.update(*state, *priority, *history),
                 Some(Net::Delete) => {}
-                Some(n @ Net::Update(..)) => *n = Net::Update(*state, *priority),
+                Some(n @ Net::Update(..)) => *n = Net::Update(*state, *priority, *history),
                 None => {
-                    net.insert(*id, Net::Update(*state, *priority));
+                    net.insert(*id, Net::Update(*state, *priority, *history));
                 }
             },
             Change::Delete { id } => {
@@ -721,6 +762,8 @@ impl PgStore {
         let mut up_key: Vec<Option<&str>> = Vec::new();
         let (mut u_id, mut u_state, mut u_until, mut u_pri) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut up_history, mut u_history) =
+            (HistoryColumns::default(), HistoryColumns::default());
         let mut deleted = Vec::new();
         for (id, n) in &net {
             match n {
@@ -735,13 +778,15 @@ impl PgStore {
                     up_created.push(big(r.created));
                     up_body.push(&r.body[..]);
                     up_key.push(r.idempotency_key.as_deref());
+                    up_history.push(&r.history);
                 }
-                Net::Update(s, priority) => {
+                Net::Update(s, priority, history) => {
                     let (state, until) = state_columns(*s);
                     u_id.push(big(*id));
                     u_state.push(state);
                     u_until.push(until);
                     u_pri.push(i64::from(*priority));
+                    u_history.push(history);
                 }
                 Net::Delete => deleted.push(big(*id)),
             }
@@ -768,6 +813,18 @@ impl PgStore {
                 &up_key,
                 &big(sent),
                 &self.epoch,
+                &up_history.0[0],
+                &up_history.0[1],
+                &up_history.0[2],
+                &up_history.0[3],
+                &up_history.0[4],
+                &up_history.0[5],
+                &u_history.0[0],
+                &u_history.0[1],
+                &u_history.0[2],
+                &u_history.0[3],
+                &u_history.0[4],
+                &u_history.0[5],
             ],
         )?;
         // Shared mode: `d` is (database clock − `sent`); every delayed due time went in as
@@ -837,6 +894,23 @@ impl PgStore {
         let created: i64 = row.get(6);
         let body: &[u8] = row.get(7);
         let idempotency_key: Option<&str> = row.get(8);
+        let count = |i: usize| {
+            let n: i64 = row.get(i);
+            u32::try_from(n).map_err(|_| self.corrupt(format!("job {id}: a counter of {n}")))
+        };
+        let delay: i64 = row.get(9);
+        let mut history = JobHistory {
+            delay: u64::try_from(delay).unwrap_or(0),
+            reserves: count(10)?,
+            timeouts: count(11)?,
+            releases: count(12)?,
+            buries: count(13)?,
+            kicks: count(14)?,
+        };
+        if state == 1 && delay == 0 {
+            // A delayed row from before migration 4: the delay its put gave, as before.
+            history.delay = u64::try_from(until.saturating_sub(created)).unwrap_or(0);
+        }
         let bad = |what: &str| self.corrupt(format!("job {id}: {what}"));
         let id = u64::try_from(id).map_err(|_| bad("negative id"))?;
         let tube = TubeName::new(tube).map_err(|_| bad("invalid tube name"))?;
@@ -863,6 +937,7 @@ impl PgStore {
             created: u64::try_from(created).unwrap_or(0),
             body: Bytes::copy_from_slice(body),
             idempotency_key: idempotency_key.map(str::to_owned),
+            history,
         })
     }
 
@@ -915,7 +990,9 @@ impl PgStore {
         let (client, _, _) = guard.as_mut().expect("connected above");
         let row = client
             .query(
-                "SELECT name, generic_plans, custom_plans, statement FROM pg_prepared_statements",
+                "SELECT name, generic_plans, custom_plans, statement,
+                        cardinality(parameter_types)
+                 FROM pg_prepared_statements",
                 &[],
             )
             .map_err(|e| self.db_error(e))?
@@ -925,7 +1002,8 @@ impl PgStore {
             return Ok(None);
         };
         let name: String = row.get(0);
-        let nulls = vec!["NULL"; 17].join(", ");
+        let params = usize::try_from(row.get::<_, i32>(4)).unwrap_or(0);
+        let nulls = vec!["NULL"; params].join(", ");
         let plan = client
             .query(&format!("EXPLAIN EXECUTE {name}({nulls})"), &[])
             .map_err(|e| self.db_error(e))?

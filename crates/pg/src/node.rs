@@ -22,6 +22,10 @@
 //!   commit's puts ([`crate::PgStore::shared`]), so a committed change wakes reservers on every
 //!   listening node and a rolled-back one wakes nobody. A node killed between a group commit
 //!   and its announcement is covered by [`Node::stale_nodes`]: the others read its id block.
+//! - **The database counts each job's history** (`reserves`, `timeouts`, `releases`,
+//!   `buries`, `kicks`, `delay_ms`: what `stats-job` shows, migration 4) in the statements
+//!   that claim, expire, release, bury and kick, so the counts are the cluster's whatever node
+//!   acted; a node's engine reads them with the row.
 //! - `holder` is an opaque number the server chooses; it must be unique across the nodes of a
 //!   schema while a lease lives ([`Node::holder`] builds one from the node id and a client).
 
@@ -244,7 +248,8 @@ impl NodeSql {
                  c AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS c(id, holder)),
                  w AS (
                      UPDATE {s}.jobs j SET state = 3, holder = c.holder,
-                         lease_until_ms = t.now + j.ttr_ms
+                         lease_until_ms = t.now + j.ttr_ms, reserves = j.reserves + 1,
+                         timeouts = j.timeouts + (j.state = 3)::int
                      FROM c, t
                      WHERE j.id = c.id AND {ready}
                        AND NOT EXISTS (SELECT 1 FROM {s}.tubes p
@@ -277,7 +282,8 @@ impl NodeSql {
                 "WITH r AS (
                      UPDATE {s}.jobs j SET state = CASE WHEN $4::bigint > 0 THEN 1 ELSE 0 END,
                          until_ms = CASE WHEN $4::bigint > 0 THEN {s}.now_ms() + $4 ELSE 0 END,
-                         priority = $3, holder = NULL, lease_until_ms = NULL
+                         priority = $3, holder = NULL, lease_until_ms = NULL,
+                         releases = j.releases + 1, delay_ms = $4
                      WHERE j.id = $1 AND {held}
                      RETURNING j.id
                  ) {}",
@@ -294,7 +300,7 @@ impl NodeSql {
             ),
             bury: format!(
                 "UPDATE {s}.jobs j SET state = 2, priority = $3, holder = NULL,
-                     lease_until_ms = NULL
+                     lease_until_ms = NULL, buries = j.buries + 1
                  WHERE j.id = $1 AND {held} RETURNING j.id"
             ),
             touch: format!(
@@ -303,7 +309,7 @@ impl NodeSql {
             ),
             kick: format!(
                 "WITH k AS (
-                     UPDATE {s}.jobs j SET state = 0
+                     UPDATE {s}.jobs j SET state = 0, kicks = j.kicks + 1
                      WHERE j.id IN (SELECT id FROM {s}.jobs
                                     WHERE tube = $1 AND state = 2 ORDER BY id LIMIT $2
                                     FOR UPDATE SKIP LOCKED)
@@ -323,7 +329,8 @@ impl NodeSql {
             expire: format!(
                 "WITH t AS MATERIALIZED (SELECT {s}.now_ms() AS now),
                  e AS (
-                     UPDATE {s}.jobs j SET state = 0, holder = NULL, lease_until_ms = NULL
+                     UPDATE {s}.jobs j SET state = 0, holder = NULL, lease_until_ms = NULL,
+                         timeouts = j.timeouts + 1
                      WHERE j.id IN (SELECT id FROM {s}.jobs
                                     WHERE state = 3 AND lease_until_ms <= (SELECT now FROM t)
                                     ORDER BY lease_until_ms LIMIT $1

@@ -10,6 +10,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_jobs.sql"),
     include_str!("migrations/0002_active_active.sql"),
     include_str!("migrations/0003_active_epoch.sql"),
+    include_str!("migrations/0004_job_history.sql"),
 ];
 
 /// The newest schema version this build knows. A node refuses to start against a newer one.

@@ -29,6 +29,7 @@ fn job(id: u64, tube: &str, state: DurableState, ttr_ms: u64) -> JobRecord {
         created: 1,
         body: Bytes::from(format!("job {id}")),
         idempotency_key: None,
+        history: Default::default(),
     }
 }
 
@@ -157,6 +158,7 @@ fn a_put_on_one_node_is_claimed_through_another_and_only_the_holder_acts_on_it()
             id,
             state: DurableState::Ready,
             priority: 2000,
+            history: Default::default(),
         }])
         .expect("commit");
     assert!(heard(&mut listen_b, id, Duration::from_secs(10)).contains(&id));
@@ -480,6 +482,7 @@ fn node_clock_skew_cannot_make_a_job_due_early_and_stale_writes_leave_claims_alo
             id: ready,
             state: DurableState::Delayed { until: 1 },
             priority: 1,
+            history: Default::default(),
         }])
         .expect("commit");
     store

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls};
 use tickwheel_pg::{ActiveLock, PgError, PgOptions, PgStore, SchemaName, SCHEMA_VERSION};
-use tickwheel_queue::{Change, DurableState, JobRecord, TubeName, FOREIGN_ID_BASE};
+use tickwheel_queue::{Change, DurableState, JobHistory, JobRecord, TubeName, FOREIGN_ID_BASE};
 use tickwheel_store::{MemStore, Store, StoreError};
 use tickwheel_testkit::pg::{cluster_for_test, Cluster};
 
@@ -28,6 +28,8 @@ fn job(id: u64, tube: &str, state: DurableState, body: &[u8]) -> JobRecord {
         body: Bytes::copy_from_slice(body),
         // Every third job carries a key, so keys round-trip through the database too.
         idempotency_key: id.is_multiple_of(3).then(|| format!("key-{id}")),
+        // As put (a delayed job's delay is its due time less its creation).
+        history: tickwheel_store::implied_history(state, 500 + id),
     }
 }
 
@@ -83,10 +85,23 @@ fn pg_store_matches_the_memory_store() {
                         },
                         _ => DurableState::Buried,
                     };
+                    // A delay and counters as a job that was reserved, released, buried
+                    // or kicked has them (a delayed job's delay is never 0).
+                    let mut count = || rng.below(4) as u32;
+                    let (reserves, timeouts, releases, buries, kicks) =
+                        (count(), count(), count(), count(), count());
                     batch.push(Change::Update {
                         id,
                         state,
                         priority: rng.below(5000) as u32,
+                        history: JobHistory {
+                            delay: 1 + rng.below(100_000),
+                            reserves,
+                            timeouts,
+                            releases,
+                            buries,
+                            kicks,
+                        },
                     });
                 }
                 4 if !live.is_empty() => {
@@ -427,6 +442,7 @@ fn a_commit_in_flight_at_a_take_over_lands_before_the_new_node_reads_or_not_at_a
             id: 4,
             state: DurableState::Buried,
             priority: 7,
+            history: Default::default(),
         }])
     });
     wait_for_lock_waits(&mut observer, 1);
@@ -495,6 +511,7 @@ fn the_group_commit_is_planned_once_and_looks_rows_up_by_primary_key() {
                     id: id - 10,
                     state: DurableState::Buried,
                     priority: 7,
+                    history: Default::default(),
                 });
                 batch.push(Change::Delete { id: id - 9 });
             }

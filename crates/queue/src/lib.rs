@@ -84,7 +84,7 @@ pub use due::{Resolution, Series, Timeline};
 pub use engine::{Config, Engine, FOREIGN_ID_BASE, MAX_TIMELINE_HOURS, TIMELINE_FINE_BUCKETS};
 pub use stats::{CmdCounters, JobStats, Stats, TubeStats};
 pub use types::{
-    BadTubeName, Change, ClientId, DurableState, Error, Event, JobDetail, JobId, JobRecord,
-    JobState, JobView, Load, Millis, NewJob, Reserve, TubeName, MAX_IDEMPOTENCY_KEY, MAX_TUBE_NAME,
-    SAFETY_MARGIN_MS, URGENT_PRIORITY,
+    BadTubeName, Change, ClientId, DurableState, Error, Event, JobDetail, JobHistory, JobId,
+    JobRecord, JobState, JobView, Load, Millis, NewJob, Reserve, TubeName, MAX_IDEMPOTENCY_KEY,
+    MAX_TUBE_NAME, SAFETY_MARGIN_MS, URGENT_PRIORITY,
 };

@@ -142,6 +142,27 @@ pub enum DurableState {
     Buried,
 }
 
+/// What `stats-job` reports of a job's past, kept with the job in the store (beanstalkd's
+/// binlog keeps the same fields): the delay last given and how often each event happened to
+/// it. Stored as of the job's last durable change (its put, a release, bury, kick or
+/// `reserve-job`), so a reserve or a TTR timeout alone is forgotten by a restart, as in
+/// beanstalkd, where those write nothing either.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JobHistory {
+    /// The delay given at put or at the last release, in ms.
+    pub delay: Millis,
+    /// Times reserved.
+    pub reserves: u32,
+    /// Times its reservation ran out (TTR).
+    pub timeouts: u32,
+    /// Times released.
+    pub releases: u32,
+    /// Times buried.
+    pub buries: u32,
+    /// Times kicked.
+    pub kicks: u32,
+}
+
 /// A job as persisted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobRecord {
@@ -162,6 +183,18 @@ pub struct JobRecord {
     /// The idempotency key given at put (HTTP API), unique among the live jobs of its tube.
     /// At most [`MAX_IDEMPOTENCY_KEY`] bytes.
     pub idempotency_key: Option<String>,
+    /// The delay given and the job's counters, as of this change.
+    pub history: JobHistory,
+}
+
+impl JobRecord {
+    /// What a [`Change::Update`] does to the stored record: its state, priority and history
+    /// become the change's.
+    pub fn update(&mut self, state: DurableState, priority: u32, history: JobHistory) {
+        self.state = state;
+        self.priority = priority;
+        self.history = history;
+    }
 }
 
 /// The longest idempotency key, in bytes.
@@ -183,6 +216,8 @@ pub enum Change {
         state: DurableState,
         /// Its priority.
         priority: u32,
+        /// Its delay and counters, as of this change.
+        history: JobHistory,
     },
     /// A job is gone.
     Delete {

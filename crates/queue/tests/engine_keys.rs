@@ -39,10 +39,12 @@ impl Disk {
                     id,
                     state,
                     priority,
+                    history,
                 } => {
                     if let Some(r) = self.jobs.get_mut(&id) {
                         r.state = state;
                         r.priority = priority;
+                        r.history = history;
                     }
                 }
                 Change::Delete { id } => {

@@ -230,10 +230,12 @@ fn restart_restores_durable_states_and_never_reuses_ids() {
                 id,
                 state,
                 priority,
+                history,
             } => {
                 let r = records.get_mut(&id).expect("update after put");
                 r.state = state;
                 r.priority = priority;
+                r.history = history;
             }
             Change::Delete { id } => {
                 records.remove(&id);
@@ -252,6 +254,17 @@ fn restart_restores_durable_states_and_never_reuses_ids() {
     assert_eq!(e.job_state(reserved), Some(JobState::Ready));
     assert_eq!(e.job_state(gone), None);
     assert_eq!(e.job_stats(buried).map(|s| s.priority), Some(9));
+    // The delay given and the counters as of each job's last durable change, as beanstalkd's
+    // binlog keeps them: the bury recorded the reserve before it. A buried job counts one
+    // more bury at each start, as beanstalkd's replay buries it again.
+    let counters = |e: &Engine, id| {
+        e.job_stats(id)
+            .map(|s| (s.delay, s.reserves, s.releases, s.buries, s.kicks))
+    };
+    assert_eq!(counters(&e, buried), Some((0, 1, 0, 2, 0)));
+    assert_eq!(counters(&e, delayed), Some((10_000, 0, 0, 0, 0)));
+    // A reserve alone changes nothing durable: forgotten, as in beanstalkd.
+    assert_eq!(counters(&e, reserved), Some((0, 0, 0, 0, 0)));
     e.connect(A);
     let fresh = put(&mut e, 5_000, 0, 0, 1000, "new");
     assert!(fresh > gone, "id {fresh} reused (last was {gone})");
@@ -284,10 +297,12 @@ fn records(changes: &[Change]) -> std::collections::BTreeMap<u64, tickwheel_queu
                 id,
                 state,
                 priority,
+                history,
             } => {
                 if let Some(r) = map.get_mut(id) {
                     r.state = *state;
                     r.priority = *priority;
+                    r.history = *history;
                 }
             }
             Change::Delete { id } => {
@@ -337,6 +352,29 @@ fn far_jobs_stay_out_of_memory_until_their_window() {
     assert_eq!(e.job_state(far), Some(JobState::Delayed));
     e.advance(60_000);
     assert_eq!(e.job_state(far), Some(JobState::Ready));
+}
+
+/// A job released beyond the memory window leaves memory; its delay and counters come back
+/// with its record.
+#[test]
+fn a_job_released_far_keeps_its_delay_and_counters() {
+    let mut e = windowed(10_000);
+    let id = put(&mut e, 0, 0, 0, 1000, "x");
+    e.reserve_job(0, B, id).expect("ready");
+    e.release(0, B, id, 1, 0).expect("held");
+    e.reserve_job(0, B, id).expect("ready");
+    e.bury(0, B, id, 1).expect("held");
+    assert_eq!(e.kick_job(0, id), Ok(()));
+    e.reserve_job(0, B, id).expect("ready");
+    e.release(0, B, id, 1, 60_000).expect("held");
+    let store = records(&e.take_changes());
+    assert!(e.needs_load(id), "released beyond the window");
+    e.load_job(id, Some(store[&id].clone()));
+    let s = e.job_stats(id).expect("loaded");
+    assert_eq!(
+        (s.delay, s.reserves, s.releases, s.buries, s.kicks),
+        (60_000, 3, 2, 1, 1)
+    );
 }
 
 #[test]

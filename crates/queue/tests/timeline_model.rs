@@ -96,10 +96,12 @@ impl Harness {
                     id,
                     state,
                     priority,
+                    history,
                 } => {
                     if let Some(r) = self.store.get_mut(&id) {
                         r.state = state;
                         r.priority = priority;
+                        r.history = history;
                     }
                 }
                 Change::Delete { id } => {

@@ -605,11 +605,13 @@ mod tests {
                 created: 0,
                 body: bytes::Bytes::new(),
                 idempotency_key: None,
+                history: Default::default(),
             }),
             1 => Change::Update {
                 id,
                 state: DurableState::Buried,
                 priority: 1,
+                history: Default::default(),
             },
             2 => Change::Delete { id },
             _ => Change::ReserveIds { end: id },

@@ -43,17 +43,20 @@ fn job(id: u64, rng: &mut Rng, _body: &Bytes) -> JobRecord {
         .flat_map(|_| rng.next().to_le_bytes())
         .take(100)
         .collect();
+    let state = DurableState::Delayed {
+        until: DAY_MS + rng.next() % (29 * DAY_MS),
+    };
     JobRecord {
         id,
         tube: TubeName::new(&format!("tube-{}", id % 8)).expect("valid tube name"),
         priority: 1024,
         ttr: 60_000,
-        state: DurableState::Delayed {
-            until: DAY_MS + rng.next() % (29 * DAY_MS),
-        },
+        state,
         created: 0,
         body: Bytes::from(body),
         idempotency_key: None,
+        // As put: stored in layout 1, as most jobs are.
+        history: tickwheel_store::implied_history(state, 0),
     }
 }
 

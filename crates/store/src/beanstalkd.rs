@@ -28,16 +28,19 @@
 //!
 //! `Jobrec`: id `u64` @0, pri `u32` @8, delay `i64` @16 (ns), ttr `i64` @24 (ns), body size
 //! `i32` @32, created `i64` @40 (ns since the epoch), deadline `i64` @48 (ns since the epoch),
-//! five counters `u32` @56..76, state `u8` @76 (0 deleted, 1 ready, 2 reserved, 3 buried,
-//! 4 delayed). A short record for a job no earlier record created is skipped; a deleted state
-//! drops the job. Like beanstalkd, a full record of a deleted job carries no body.
+//! five counters `u32` @56..76 (reserves, timeouts, releases, buries, kicks), state `u8` @76
+//! (0 deleted, 1 ready, 2 reserved, 3 buried, 4 delayed). A short record for a job no earlier
+//! record created is skipped; a deleted state drops the job. Like beanstalkd, a full record of
+//! a deleted job carries no body. Each record, full or short, replaces the job's state,
+//! priority, delay and counters, which the import keeps (the job's [`JobHistory`]), so
+//! `stats-job` answers after the takeover as beanstalkd's did after a restart.
 
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use tickwheel_queue::{Change, DurableState, JobId, JobRecord, TubeName};
+use tickwheel_queue::{Change, DurableState, JobHistory, JobId, JobRecord, TubeName};
 
 use crate::{Store, StoreError, MAX_BODY_LEN};
 
@@ -125,6 +128,15 @@ impl Replay {
                 other => return Err((start, format!("job {id}: unknown state {other}"))),
             };
             let priority = u32::from_le_bytes(word(rec, 8));
+            let counter = |n: usize| u32::from_le_bytes(word(rec, 56 + 4 * n));
+            let history = JobHistory {
+                delay: ns_to_ms_up(i64::from_le_bytes(long(rec, 16))).unwrap_or(0),
+                reserves: counter(0),
+                timeouts: counter(1),
+                releases: counter(2),
+                buries: counter(3),
+                kicks: counter(4),
+            };
             if full {
                 let body_size = i32::from_le_bytes(word(rec, 32));
                 let body_len = usize::try_from(body_size)
@@ -167,11 +179,11 @@ impl Replay {
                         created,
                         body: Bytes::copy_from_slice(&body[..body_len - 2]),
                         idempotency_key: None,
+                        history,
                     },
                 );
             } else if let Some(job) = self.jobs.get_mut(&id) {
-                job.state = durable;
-                job.priority = priority;
+                job.update(durable, priority, history);
             }
         }
         Ok(())
@@ -373,6 +385,16 @@ mod tests {
         out
     }
 
+    /// `record` (from [`rec`], no tube name before it: a short one) with a delay and counters.
+    fn with_history(mut record: Vec<u8>, delay_ns: i64, counts: [u32; 5]) -> Vec<u8> {
+        let jr = record.len() - JOBREC_LEN;
+        record[jr + 16..jr + 24].copy_from_slice(&delay_ns.to_le_bytes());
+        for (i, n) in counts.iter().enumerate() {
+            record[jr + 56 + 4 * i..jr + 60 + 4 * i].copy_from_slice(&n.to_le_bytes());
+        }
+        record
+    }
+
     fn file(records: &[Vec<u8>]) -> Vec<u8> {
         let mut out = BINLOG_VERSION.to_le_bytes().to_vec();
         for r in records {
@@ -395,7 +417,13 @@ mod tests {
             rec("", 9, 3, None), // never created: skipped
         ]))
         .expect("replays");
-        r.file(&file(&[rec("", 2, 3, None)])).expect("replays"); // buried, in the next file
+        // Buried, in the next file; the short record carries the job's delay and counters.
+        r.file(&file(&[with_history(
+            rec("", 2, 3, None),
+            1_500_000_001,
+            [3, 1, 2, 1, 0],
+        )]))
+        .expect("replays");
         let (jobs, max) = r.into_jobs();
         assert_eq!(max, 3);
         assert_eq!(jobs.len(), 2);
@@ -406,6 +434,18 @@ mod tests {
         assert_eq!(jobs[0].created, 1_700_000_000_001);
         assert_eq!((jobs[1].id, jobs[1].tube.as_str()), (2, "other"));
         assert_eq!(jobs[1].state, DurableState::Buried);
+        assert_eq!(
+            jobs[1].history,
+            JobHistory {
+                delay: 1_501, // rounded up, as every time read from the binlog
+                reserves: 3,
+                timeouts: 1,
+                releases: 2,
+                buries: 1,
+                kicks: 0,
+            }
+        );
+        assert_eq!(jobs[0].history, JobHistory::default());
     }
 
     #[test]
@@ -479,6 +519,7 @@ mod tests {
         assert!(
             matches!(jobs[1].state, DurableState::Delayed { until } if until > jobs[1].created + 499_000)
         );
+        assert_eq!(jobs[1].history.delay, 500_000);
     }
 
     #[test]

@@ -83,6 +83,7 @@ mod tests {
                         body: Bytes::new(),
                         // Every third job keyed: keys come whole with their records.
                         idempotency_key: (i % 3 == 0).then(|| format!("k{i}")),
+                        history: Default::default(),
                     })
                 })
                 .collect();

@@ -31,7 +31,7 @@
 //!
 //! ```
 //! use bytes::Bytes;
-//! use tickwheel_queue::{Change, DurableState, JobRecord, TubeName};
+//! use tickwheel_queue::{Change, DurableState, JobHistory, JobRecord, TubeName};
 //! use tickwheel_store::{DiskOptions, DiskStore, GroupCommit, Store};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -47,6 +47,8 @@
 //!     created: 0,
 //!     body: Bytes::from_static(b"send the report"),
 //!     idempotency_key: None,
+//!     // The delay given at put, and counters that `stats-job` shows (none yet).
+//!     history: JobHistory { delay: 86_400_000, ..JobHistory::default() },
 //! };
 //! // Durable (fsynced) once this returns: the id block and the job, in one atomic batch.
 //! store.commit(&[Change::ReserveIds { end: 1000 }, Change::Put(job.clone())])?;
@@ -85,8 +87,8 @@ pub use fault::{Fault, FaultyStore};
 pub use group::{batch_bytes, Durable, GroupCommit, GroupStats, Ticket};
 pub use lock::LOCK_FILE;
 pub use mem::MemStore;
-pub use record::{validate, Recovered, MAX_BODY_LEN, RECORD_LAYOUT};
-pub use tickwheel_queue::{Change, DurableState, JobId, JobRecord, TubeName};
+pub use record::{implied_history, validate, Recovered, MAX_BODY_LEN, RECORD_LAYOUT};
+pub use tickwheel_queue::{Change, DurableState, JobHistory, JobId, JobRecord, TubeName};
 
 /// How durable a commit is when [`Store::commit`] returns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

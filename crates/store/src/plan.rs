@@ -161,11 +161,13 @@ pub(crate) fn plan(
                 p.put_end = Some(p.put_end.unwrap_or(0).max(end));
             }
             Change::Update {
-                state, priority, ..
+                state,
+                priority,
+                history,
+                ..
             } => {
                 if let Some(r) = change.new.as_mut() {
-                    r.state = *state;
-                    r.priority = *priority;
+                    r.update(*state, *priority, *history);
                 }
                 change.put_at = None;
             }
@@ -182,7 +184,7 @@ pub(crate) fn plan(
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
-    use tickwheel_queue::DurableState;
+    use tickwheel_queue::{DurableState, JobHistory};
 
     use super::*;
 
@@ -196,6 +198,7 @@ mod tests {
             created: 0,
             body: Bytes::from_static(b"body"),
             idempotency_key: None,
+            history: JobHistory::default(),
         }
     }
 
@@ -209,6 +212,7 @@ mod tests {
                 id: 3,
                 state: DurableState::Buried,
                 priority: 7,
+                history: JobHistory::default(),
             },
             Change::Delete { id: 4 },
         ];

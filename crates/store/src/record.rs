@@ -3,7 +3,7 @@
 //! The store speaks the engine's vocabulary ([`tickwheel_queue::Change`],
 //! [`tickwheel_queue::JobRecord`], [`TubeName`]); this module only maps it to bytes.
 //!
-//! # Record encoding (layouts 1 and 2)
+//! # Record encoding (layouts 1, 2 and 3)
 //!
 //! The value stored for a job in the `resident` table (key: the id, big-endian) or the `due`
 //! table (key: `until` BE ++ id BE):
@@ -28,10 +28,24 @@
 //! | 32 + `T` | `K` | key, UTF-8 |
 //! | 32 + `T` + `K` | rest | body |
 //!
-//! A job without a key is still written in layout 1, byte for byte as before, so data
-//! directories written before keys existed open unchanged, and ones that never used a key
-//! still open in an older server. Delays were stored in milliseconds from the start
-//! (`until`), so millisecond delays needed no new field.
+//! Layout 3 adds the job's [`JobHistory`] (what `stats-job` shows of its past: the delay
+//! last given and five counters) after the tube name, and always has a key length byte:
+//!
+//! | offset | size | field |
+//! |-------:|-----:|-------|
+//! | 31 + `T` | 8 | delay given at put or at the last release (LE, ms) |
+//! | 39 + `T` | 4 × 5 | reserves, timeouts, releases, buries, kicks (each u32 LE) |
+//! | 59 + `T` | 1 | key length `K` (0: no key, else 1 ..= [`MAX_IDEMPOTENCY_KEY`]) |
+//! | 60 + `T` | `K` | key, UTF-8 |
+//! | 60 + `T` + `K` | rest | body |
+//!
+//! A record whose history is the one layouts 1 and 2 imply (every counter 0, and a delay of
+//! `until − created` for a delayed job, 0 otherwise: [`implied_history`]) is still written in
+//! layout 1 or 2, byte for byte as before: every job as it was put, so data directories
+//! written before keys or histories existed open unchanged, and a store whose jobs were never
+//! reserved, released, buried or kicked still opens in an older server. Reading layout 1 or 2
+//! gives that implied history. Delays were stored in milliseconds from the start (`until`),
+//! so millisecond delays needed no new field.
 //!
 //! The embedded engine checksums its journal and blocks; this layer only checks structure.
 //!
@@ -39,19 +53,36 @@
 
 use bytes::Bytes;
 use tickwheel_queue::{
-    Change, DurableState, JobId, JobRecord, TubeName, MAX_IDEMPOTENCY_KEY, MAX_TUBE_NAME,
+    Change, DurableState, JobHistory, JobId, JobRecord, TubeName, MAX_IDEMPOTENCY_KEY,
+    MAX_TUBE_NAME,
 };
 
 use crate::StoreError;
 
 /// Largest job body this store accepts, in bytes (16 MiB; beanstalkd's default is 64 KiB).
 pub const MAX_BODY_LEN: usize = 16 << 20;
-/// The newest per-record layout, the first byte of a record (layout 1, without an
-/// idempotency key, is still written for jobs that have none, and read).
-pub const RECORD_LAYOUT: u8 = 2;
+/// The newest per-record layout, the first byte of a record (layouts 1 and 2 are still
+/// written for jobs whose history they imply, and read).
+pub const RECORD_LAYOUT: u8 = 3;
 const LAYOUT_V1: u8 = 1;
+const LAYOUT_KEYED: u8 = 2;
 
 const HEADER_LEN: usize = 31;
+/// Layout 3's history: the delay (u64) and five u32 counters.
+const HISTORY_LEN: usize = 8 + 4 * 5;
+
+/// The history a record in layout 1 or 2 stands for: no counters, and the delay its put
+/// gave (`until − created` for a delayed job).
+#[must_use]
+pub fn implied_history(state: DurableState, created: u64) -> JobHistory {
+    JobHistory {
+        delay: match state {
+            DurableState::Delayed { until } => until.saturating_sub(created),
+            DurableState::Ready | DurableState::Buried => 0,
+        },
+        ..JobHistory::default()
+    }
+}
 
 /// What [`Store::recover`](crate::Store::recover) returns: the state the engine starts from.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -144,12 +175,15 @@ pub(crate) fn encode_into(r: &JobRecord, v: &mut Vec<u8>) {
     let tube = r.tube.as_str();
     let tube_len = u8::try_from(tube.len()).expect("a TubeName is at most 200 bytes");
     let key = r.idempotency_key.as_deref();
-    v.reserve(HEADER_LEN + tube.len() + 1 + key.map_or(0, str::len) + r.body.len());
-    v.push(if key.is_some() {
+    let layout = if r.history != implied_history(r.state, r.created) {
         RECORD_LAYOUT
+    } else if key.is_some() {
+        LAYOUT_KEYED
     } else {
         LAYOUT_V1
-    });
+    };
+    v.reserve(HEADER_LEN + tube.len() + HISTORY_LEN + 1 + key.map_or(0, str::len) + r.body.len());
+    v.push(layout);
     v.push(tag);
     v.extend_from_slice(&until.to_le_bytes());
     v.extend_from_slice(&r.priority.to_le_bytes());
@@ -157,7 +191,15 @@ pub(crate) fn encode_into(r: &JobRecord, v: &mut Vec<u8>) {
     v.extend_from_slice(&r.created.to_le_bytes());
     v.push(tube_len);
     v.extend_from_slice(tube.as_bytes());
-    if let Some(key) = key {
+    if layout == RECORD_LAYOUT {
+        let h = &r.history;
+        v.extend_from_slice(&h.delay.to_le_bytes());
+        for n in [h.reserves, h.timeouts, h.releases, h.buries, h.kicks] {
+            v.extend_from_slice(&n.to_le_bytes());
+        }
+    }
+    if layout != LAYOUT_V1 {
+        let key = key.unwrap_or("");
         let key_len = u8::try_from(key.len()).expect("validate() bounds the key to 200 bytes");
         v.push(key_len);
         v.extend_from_slice(key.as_bytes());
@@ -174,7 +216,7 @@ pub(crate) fn decode(id: JobId, v: &[u8]) -> Result<JobRecord, String> {
         ));
     }
     let layout = v[0];
-    if layout != LAYOUT_V1 && layout != RECORD_LAYOUT {
+    if !matches!(layout, LAYOUT_V1 | LAYOUT_KEYED | RECORD_LAYOUT) {
         return Err(format!("job {id}: unknown record layout {layout}"));
     }
     let u64_at = |at: usize| {
@@ -199,20 +241,46 @@ pub(crate) fn decode(id: JobId, v: &[u8]) -> Result<JobRecord, String> {
     let tube = std::str::from_utf8(&v[HEADER_LEN..tube_end])
         .map_err(|e| format!("job {id}: tube name is not UTF-8: {e}"))?;
     let tube = tube_name(tube).map_err(|e| format!("job {id}: {e}"))?;
+    let created = u64_at(22);
+    let (history, key_at) = if layout == RECORD_LAYOUT {
+        let end = tube_end + HISTORY_LEN;
+        if v.len() < end {
+            return Err(format!("job {id}: record ends before its history"));
+        }
+        let u32_at = |at: usize| {
+            let mut b = [0u8; 4];
+            b.copy_from_slice(&v[at..at + 4]);
+            u32::from_le_bytes(b)
+        };
+        let c = tube_end + 8;
+        let history = JobHistory {
+            delay: u64_at(tube_end),
+            reserves: u32_at(c),
+            timeouts: u32_at(c + 4),
+            releases: u32_at(c + 8),
+            buries: u32_at(c + 12),
+            kicks: u32_at(c + 16),
+        };
+        (history, end)
+    } else {
+        (implied_history(state, created), tube_end)
+    };
     let (idempotency_key, body_at) = if layout == LAYOUT_V1 {
-        (None, tube_end)
+        (None, key_at)
     } else {
         let key_len = usize::from(
-            *v.get(tube_end)
+            *v.get(key_at)
                 .ok_or_else(|| format!("job {id}: record ends before its key length"))?,
         );
-        let key_end = tube_end + 1 + key_len;
-        if key_len == 0 || key_len > MAX_IDEMPOTENCY_KEY || v.len() < key_end {
+        let key_end = key_at + 1 + key_len;
+        // Layout 2 exists for keys: its key is never empty; layout 3 says "none" with 0.
+        let empty_ok = layout == RECORD_LAYOUT;
+        if (key_len == 0 && !empty_ok) || key_len > MAX_IDEMPOTENCY_KEY || v.len() < key_end {
             return Err(format!("job {id}: bad idempotency key length {key_len}"));
         }
-        let key = std::str::from_utf8(&v[tube_end + 1..key_end])
+        let key = std::str::from_utf8(&v[key_at + 1..key_end])
             .map_err(|e| format!("job {id}: idempotency key is not UTF-8: {e}"))?;
-        (Some(key.to_owned()), key_end)
+        ((key_len > 0).then(|| key.to_owned()), key_end)
     };
     Ok(JobRecord {
         id,
@@ -220,9 +288,10 @@ pub(crate) fn decode(id: JobId, v: &[u8]) -> Result<JobRecord, String> {
         priority: u32::from_le_bytes(p),
         ttr: u64_at(14),
         state,
-        created: u64_at(22),
+        created,
         body: Bytes::copy_from_slice(&v[body_at..]),
         idempotency_key,
+        history,
     })
 }
 
@@ -294,6 +363,7 @@ mod tests {
             created: 99,
             body: Bytes::copy_from_slice(body),
             idempotency_key: None,
+            history: implied_history(state, 99),
         }
     }
 
@@ -322,19 +392,37 @@ mod tests {
                 any::<u64>(),
                 proptest::collection::vec(any::<u8>(), 0..64),
                 proptest::option::of("[^\\x00-\\x1f]{1,50}"),
+                // Half the records keep the history their state implies (layouts 1 and 2).
+                proptest::option::of((any::<u64>(), any::<[u32; 5]>())),
             )
-                .prop_map(|(id, tube, priority, ttr, state, created, body, key)| {
-                    JobRecord {
-                        id,
-                        tube: TubeName::new(&tube).expect("the regex makes valid names"),
-                        priority,
-                        ttr,
-                        state,
-                        created,
-                        body: Bytes::from(body),
-                        idempotency_key: key,
-                    }
-                })
+                .prop_map(
+                    |(id, tube, priority, ttr, state, created, body, key, history)| {
+                        let history = match history {
+                            Some((delay, [reserves, timeouts, releases, buries, kicks])) => {
+                                JobHistory {
+                                    delay,
+                                    reserves,
+                                    timeouts,
+                                    releases,
+                                    buries,
+                                    kicks,
+                                }
+                            }
+                            None => implied_history(state, created),
+                        };
+                        JobRecord {
+                            id,
+                            tube: TubeName::new(&tube).expect("the regex makes valid names"),
+                            priority,
+                            ttr,
+                            state,
+                            created,
+                            body: Bytes::from(body),
+                            idempotency_key: key,
+                            history,
+                        }
+                    },
+                )
         }
 
         proptest! {
@@ -377,7 +465,7 @@ mod tests {
         for key in ["k", "order-42/retry:1 é", &"x".repeat(MAX_IDEMPOTENCY_KEY)] {
             let r = keyed(key);
             let bytes = encode(&r);
-            assert_eq!(bytes[0], RECORD_LAYOUT);
+            assert_eq!(bytes[0], LAYOUT_KEYED);
             assert_eq!(decode(7, &bytes), Ok(r));
         }
         // Every truncation of a keyed record is refused, as for layout 1.
@@ -388,6 +476,57 @@ mod tests {
                 "prefix of {len} bytes decoded"
             );
         }
+    }
+
+    /// A job that was reserved, released, buried or kicked, or whose delay is not its put's,
+    /// is written in layout 3; with or without a key it reads back whole, and every
+    /// truncation is refused.
+    #[test]
+    fn a_record_with_a_history_roundtrips_in_layout_3() {
+        let history = JobHistory {
+            delay: 5_000,
+            reserves: 7,
+            timeouts: 1,
+            releases: 6,
+            buries: 2,
+            kicks: u32::MAX,
+        };
+        for r in [
+            JobRecord {
+                history,
+                ..rec(DurableState::Buried, "emails", b"body")
+            },
+            JobRecord {
+                history,
+                ..keyed("order-42")
+            },
+        ] {
+            let bytes = encode(&r);
+            assert_eq!(bytes[0], RECORD_LAYOUT);
+            assert_eq!(decode(7, &bytes), Ok(r));
+            for len in 0..bytes.len() - 4 {
+                assert!(
+                    decode(7, &bytes[..len]).is_err(),
+                    "prefix of {len} bytes decoded"
+                );
+            }
+        }
+        // A delayed job released with a new delay: the delay is not the one `until` implies.
+        let released = JobRecord {
+            history: JobHistory {
+                delay: 10,
+                releases: 1,
+                reserves: 1,
+                ..JobHistory::default()
+            },
+            ..rec(DurableState::Delayed { until: 5_000 }, "t", b"")
+        };
+        assert_eq!(encode(&released)[0], RECORD_LAYOUT);
+        assert_eq!(decode(7, &encode(&released)), Ok(released));
+        // As put: the history layouts 1 and 2 imply, so layout 1.
+        let put = rec(DurableState::Delayed { until: 5_099 }, "t", b"");
+        assert_eq!(put.history.delay, 5_000);
+        assert_eq!(encode(&put)[0], LAYOUT_V1);
     }
 
     #[test]
@@ -437,7 +576,7 @@ mod tests {
         bad[1] = 9;
         assert!(decode(1, &bad).expect_err("bad tag").contains("state tag"));
         let mut bad = bytes;
-        bad[0] = 3;
+        bad[0] = 4;
         assert!(decode(1, &bad).expect_err("bad layout").contains("layout"));
     }
 

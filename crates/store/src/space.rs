@@ -326,6 +326,7 @@ mod tests {
             created: 0,
             body: bytes::Bytes::from(vec![b'x'; body_len]),
             idempotency_key: None,
+            history: Default::default(),
         })
     }
 
@@ -453,6 +454,7 @@ mod tests {
                         id: 1,
                         state: crate::DurableState::Ready,
                         priority: 0,
+                        history: Default::default(),
                     },
                     put(2, 200 << 10),
                 ])

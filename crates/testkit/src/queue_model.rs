@@ -13,15 +13,24 @@
 //! - every answer (`NOT_FOUND` or success) is the one the rules give;
 //! - no waiting client is left waiting while a job is available to it;
 //! - durability: after a restart from the persisted changes, every job is back in its
-//!   durable state (reserved jobs ready, overdue delayed jobs ready).
+//!   durable state (reserved jobs ready, overdue delayed jobs ready);
+//! - `stats-job`'s delay and counters (reserves, releases, buries, kicks) are the shadow's,
+//!   the persisted record holds them as of the job's last durable change, and a restart
+//!   brings those back, with one more bury for a buried job as beanstalkd's replay counts
+//!   (TTR timeouts are not modelled: the shadow's reservations lapse lazily).
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use tickwheel_queue::{
-    Change, ClientId, Config, DurableState, Engine, Error, Event, JobId, JobRecord, JobState,
-    Reserve, TubeName, SAFETY_MARGIN_MS,
+    Change, ClientId, Config, DurableState, Engine, Error, Event, JobHistory, JobId, JobRecord,
+    JobState, Reserve, TubeName, SAFETY_MARGIN_MS,
 };
+
+/// The fields of a history the shadow keeps (all but `timeouts`).
+fn counters(h: &JobHistory) -> (u64, u32, u32, u32, u32) {
+    (h.delay, h.reserves, h.releases, h.buries, h.kicks)
+}
 
 /// Tubes the operations use (the first is `default`).
 const TUBES: [&str; 3] = ["default", "alpha", "beta"];
@@ -79,9 +88,24 @@ struct SJob {
     ttr: u64,
     state: S,
     len: usize,
+    /// Its delay and counters now (`timeouts` not kept).
+    hist: JobHistory,
+    /// The same as of its last durable change.
+    stored: JobHistory,
 }
 
 impl SJob {
+    fn kick(&mut self) {
+        self.state = S::Ready;
+        self.hist.kicks += 1;
+        self.store();
+    }
+
+    /// A change that the engine persists: the history goes with it.
+    fn store(&mut self) {
+        self.stored = self.hist;
+    }
+
     /// The state at time `t` (delays and reservations run out on their own).
     fn at(&self, t: u64) -> S {
         match self.state {
@@ -289,12 +313,18 @@ impl Runner {
                 } else {
                     S::Delayed { until: t + delay }
                 };
+                let hist = JobHistory {
+                    delay,
+                    ..JobHistory::default()
+                };
                 let job = SJob {
                     tube,
                     pri,
                     ttr: ttr.max(1000),
                     state,
                     len: usize::from(len),
+                    hist,
+                    stored: hist,
                 };
                 self.jobs.insert(id, job);
                 self.events()?;
@@ -345,6 +375,10 @@ impl Runner {
                 let got = self.engine.reserve_job(t, ClientId(c.into()), id);
                 expect_eq("reserve-job succeeded", got.is_ok(), ok)?;
                 if let Ok(view) = got {
+                    let job = self.jobs.get_mut(&id).expect("reserved");
+                    if matches!(job.at(t), S::Delayed { .. } | S::Buried { .. }) {
+                        job.store(); // made ready durably, before the reserve
+                    }
                     self.hand_out(c, id, view.body.len())?;
                 }
             }
@@ -384,6 +418,9 @@ impl Runner {
                 } else {
                     S::Delayed { until: t + delay }
                 };
+                job.hist.releases += 1;
+                job.hist.delay = delay;
+                job.store();
                 self.events()?;
             }
             QueueOp::Bury(c, pick, pri) => {
@@ -400,6 +437,8 @@ impl Runner {
                 let job = self.jobs.get_mut(&id).expect("owned");
                 job.pri = pri;
                 job.state = S::Buried { seq: self.seq };
+                job.hist.buries += 1;
+                job.store();
             }
             QueueOp::Touch(c, pick) => {
                 let c = c % CLIENTS;
@@ -452,7 +491,7 @@ impl Runner {
                     .map_err(|e| format!("kick: {e}"))?;
                 expect_eq("kicked", got, kicked.len() as u64)?;
                 for id in kicked {
-                    self.jobs.get_mut(&id).expect("kicked job").state = S::Ready;
+                    self.jobs.get_mut(&id).expect("kicked job").kick();
                 }
                 self.events()?;
             }
@@ -470,7 +509,7 @@ impl Runner {
                     if ok { Ok(()) } else { Err(Error::NotFound) },
                 )?;
                 if ok {
-                    self.jobs.get_mut(&id).expect("kicked job").state = S::Ready;
+                    self.jobs.get_mut(&id).expect("kicked job").kick();
                 }
                 self.events()?;
             }
@@ -576,6 +615,10 @@ impl Runner {
                         S::Reserved { .. } => S::Ready,
                         s => s,
                     };
+                    job.hist = job.stored;
+                    if matches!(job.state, S::Buried { .. }) {
+                        job.hist.buries += 1; // beanstalkd's replay buries it again
+                    }
                 }
                 // Buried order after a restart is id order.
                 let buried: Vec<JobId> = self
@@ -701,6 +744,7 @@ impl Runner {
                 owner: c,
                 deadline: t + job.ttr,
             };
+            job.hist.reserves += 1;
             Ok(())
         } else {
             Err(format!("job {id} handed out while {:?}", job.at(t)))
@@ -762,13 +806,12 @@ impl Runner {
                     id,
                     state,
                     priority,
+                    history,
                 } => {
-                    let record = self
-                        .durable
+                    self.durable
                         .get_mut(&id)
-                        .ok_or_else(|| format!("update of unknown job {id}"))?;
-                    record.state = state;
-                    record.priority = priority;
+                        .ok_or_else(|| format!("update of unknown job {id}"))?
+                        .update(state, priority, history);
                 }
                 Change::Delete { id } => {
                     self.durable
@@ -834,6 +877,17 @@ impl Runner {
                 stats.tube.as_str(),
                 TUBES[job.tube],
             )?;
+            expect_eq(
+                &format!("delay, reserves, releases, buries, kicks of job {id}"),
+                (
+                    stats.delay,
+                    stats.reserves,
+                    stats.releases,
+                    stats.buries,
+                    stats.kicks,
+                ),
+                counters(&job.hist),
+            )?;
             // The durable record agrees, once the changes are persisted.
             let record = self
                 .durable
@@ -856,6 +910,11 @@ impl Runner {
                     record.state, job.state
                 ));
             }
+            expect_eq(
+                &format!("stored delay and counters of job {id}"),
+                counters(&record.history),
+                counters(&job.stored),
+            )?;
         }
         if self.durable.len() != self.jobs.len() {
             return Err(format!(

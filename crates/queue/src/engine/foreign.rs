@@ -22,7 +22,9 @@ impl Engine {
     ///
     /// ```
     /// use bytes::Bytes;
-    /// use tickwheel_queue::{Config, DurableState, Engine, JobRecord, JobState, TubeName, FOREIGN_ID_BASE};
+    /// use tickwheel_queue::{
+    ///     Config, DurableState, Engine, JobHistory, JobRecord, JobState, TubeName, FOREIGN_ID_BASE,
+    /// };
     ///
     /// let mut engine = Engine::new(Config::default(), 1_000);
     /// engine.adopt(JobRecord {
@@ -34,6 +36,7 @@ impl Engine {
     ///     created: 1_000,
     ///     body: Bytes::from_static(b"cancel order 42 if unpaid"),
     ///     idempotency_key: None,
+    ///     history: JobHistory { delay: 1_799_000, ..JobHistory::default() },
     /// });
     /// assert_eq!(engine.job_state(FOREIGN_ID_BASE), Some(JobState::Delayed));
     /// assert!(engine.take_changes().is_empty(), "already durable: nothing to store");
@@ -51,16 +54,12 @@ impl Engine {
                 return;
             }
         }
-        let delay = match record.state {
-            DurableState::Delayed { until } => until.saturating_sub(record.created),
-            _ => 0,
-        };
         let created = record.created.min(now);
         let job = Job::new(
             tube,
             record.priority,
             record.ttr,
-            delay,
+            record.history,
             created,
             record.body,
         );
@@ -163,6 +162,7 @@ mod tests {
             created: 0,
             body: Bytes::from_static(b"x"),
             idempotency_key: None,
+            history: JobHistory::default(),
         }
     }
 

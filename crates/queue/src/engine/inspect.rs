@@ -172,14 +172,14 @@ impl Engine {
             state: job.state,
             priority: job.priority,
             age: now.saturating_sub(job.created),
-            delay: job.delay,
+            delay: job.history.delay,
             ttr: job.ttr,
             time_left,
-            reserves: job.reserves,
-            timeouts: job.timeouts,
-            releases: job.releases,
-            buries: job.buries,
-            kicks: job.kicks,
+            reserves: job.history.reserves,
+            timeouts: job.history.timeouts,
+            releases: job.history.releases,
+            buries: job.history.buries,
+            kicks: job.history.kicks,
         })
     }
 

@@ -24,8 +24,8 @@ mod window;
 mod worker;
 
 use crate::types::{
-    Change, ClientId, DurableState, Error, Event, JobDetail, JobId, JobRecord, JobState, JobView,
-    Load, Millis, NewJob, Reserve, TubeName, SAFETY_MARGIN_MS,
+    Change, ClientId, DurableState, Error, Event, JobDetail, JobHistory, JobId, JobRecord,
+    JobState, JobView, Load, Millis, NewJob, Reserve, TubeName, SAFETY_MARGIN_MS,
 };
 
 /// How many ids one [`Change::ReserveIds`] allocates: ids are persisted in blocks so that a
@@ -76,8 +76,9 @@ struct Job {
     tube: TubeId,
     priority: u32,
     ttr: Millis,
-    /// The delay given at put or the last release (for `stats-job`).
-    delay: Millis,
+    /// The delay given at put or the last release and the counters (for `stats-job`; stored
+    /// with each durable change).
+    history: JobHistory,
     created: Millis,
     state: JobState,
     /// Delayed: when it becomes ready. Reserved: when the reservation expires.
@@ -87,11 +88,6 @@ struct Job {
     /// Reserved: the safety-margin warning has been handled.
     warned: bool,
     bury_seq: u64,
-    reserves: u32,
-    timeouts: u32,
-    releases: u32,
-    buries: u32,
-    kicks: u32,
     body: Bytes,
     /// The idempotency key (its entry in `Engine::keys` lives as long as the job).
     key: Option<String>,
@@ -102,7 +98,7 @@ impl Job {
         tube: TubeId,
         priority: u32,
         ttr: Millis,
-        delay: Millis,
+        history: JobHistory,
         created: Millis,
         body: Bytes,
     ) -> Job {
@@ -110,7 +106,7 @@ impl Job {
             tube,
             priority,
             ttr,
-            delay,
+            history,
             created,
             state: JobState::Ready,
             deadline: 0,
@@ -118,11 +114,6 @@ impl Job {
             timer: None,
             warned: false,
             bury_seq: 0,
-            reserves: 0,
-            timeouts: 0,
-            releases: 0,
-            buries: 0,
-            kicks: 0,
             body,
             key: None,
         }
@@ -262,7 +253,14 @@ impl Engine {
             }
             let tube = engine.tube_ref(&record.tube);
             let created = record.created.min(now);
-            let mut job = Job::new(tube, record.priority, record.ttr, 0, created, record.body);
+            let mut job = Job::new(
+                tube,
+                record.priority,
+                record.ttr,
+                record.history,
+                created,
+                record.body,
+            );
             if let Some(key) = record.idempotency_key {
                 engine
                     .keys
@@ -272,12 +270,15 @@ impl Engine {
             engine.add_job(record.id, job);
             match record.state {
                 DurableState::Ready => engine.enter_ready(record.id),
-                DurableState::Buried => engine.enter_buried(record.id),
-                DurableState::Delayed { until } if until <= now => engine.enter_ready(record.id),
-                DurableState::Delayed { until } => {
-                    engine.job_mut(record.id).delay = until - now;
-                    engine.enter_delayed(record.id, until);
+                DurableState::Buried => {
+                    // beanstalkd's replay buries each buried job again, counting one more
+                    // bury at every start (in memory: nothing is written); `stats-job`
+                    // answers the same here.
+                    engine.job_mut(record.id).history.buries += 1;
+                    engine.enter_buried(record.id);
                 }
+                DurableState::Delayed { until } if until <= now => engine.enter_ready(record.id),
+                DurableState::Delayed { until } => engine.enter_delayed(record.id, until),
             }
         }
         engine.to_serve.clear(); // nobody is waiting yet

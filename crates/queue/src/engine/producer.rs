@@ -127,6 +127,10 @@ impl Engine {
         if let Some(key) = &key {
             self.keys.insert((name.clone(), key.clone()), id);
         }
+        let history = JobHistory {
+            delay,
+            ..JobHistory::default()
+        };
         self.changes.push(Change::Put(JobRecord {
             id,
             tube: name,
@@ -136,6 +140,7 @@ impl Engine {
             created: now,
             body: body.clone(),
             idempotency_key: key.clone(),
+            history,
         }));
         if delay > 0 && until >= self.window_end {
             // Far in the future: durable in the store only, loaded when its time nears.
@@ -144,7 +149,7 @@ impl Engine {
             self.add_far(tube, until);
             return Ok(id);
         }
-        let mut job = Job::new(tube, priority, ttr, delay, now, body);
+        let mut job = Job::new(tube, priority, ttr, history, now, body);
         job.key = key;
         self.add_job(id, job);
         if delay == 0 {

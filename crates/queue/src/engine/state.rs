@@ -41,7 +41,7 @@ impl Engine {
                 }
             }
             JobState::Reserved => {
-                job.timeouts += 1;
+                job.history.timeouts += 1;
                 let tube = job.tube;
                 self.job_timeouts += 1;
                 self.tube_mut(tube).timeouts += 1;
@@ -122,12 +122,13 @@ impl Engine {
     pub(super) fn kick_one(&mut self, id: JobId) {
         self.leave_state(id);
         let job = self.job_mut(id);
-        job.kicks += 1;
-        let priority = job.priority;
+        job.history.kicks += 1;
+        let (priority, history) = (job.priority, job.history);
         self.changes.push(Change::Update {
             id,
             state: DurableState::Ready,
             priority,
+            history,
         });
         self.enter_ready(id);
     }
@@ -142,7 +143,7 @@ impl Engine {
         let job = self.job_mut(id);
         job.state = JobState::Reserved;
         job.owner = Some(client);
-        job.reserves += 1;
+        job.history.reserves += 1;
         let view = JobView {
             id,
             body: job.body.clone(),

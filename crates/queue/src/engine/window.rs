@@ -237,12 +237,11 @@ impl Engine {
         t.due.remove(until); // counted again by `enter_delayed` if it stays delayed
         self.far = self.far.saturating_sub(1);
         let now = self.now();
-        let delay = until.saturating_sub(record.created);
         let mut job = Job::new(
             tube,
             record.priority,
             record.ttr,
-            delay,
+            record.history,
             record.created.min(now),
             record.body,
         );

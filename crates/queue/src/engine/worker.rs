@@ -70,6 +70,7 @@ impl Engine {
                 id,
                 state: DurableState::Ready,
                 priority: job.priority,
+                history: job.history,
             });
         }
         self.leave_state(id);
@@ -124,13 +125,15 @@ impl Engine {
         let until = self.now().saturating_add(delay);
         let job = self.job_mut(id);
         job.priority = priority;
-        job.releases += 1;
-        job.delay = delay;
+        job.history.releases += 1;
+        job.history.delay = delay;
+        let history = job.history;
         if delay == 0 {
             self.changes.push(Change::Update {
                 id,
                 state: DurableState::Ready,
                 priority,
+                history,
             });
             self.enter_ready(id);
         } else {
@@ -138,9 +141,11 @@ impl Engine {
                 id,
                 state: DurableState::Delayed { until },
                 priority,
+                history,
             });
             if until >= self.window_end {
-                // Released far into the future: it leaves memory (its counters with it).
+                // Released far into the future: it leaves memory (its counters are in the
+                // store's record, read back with it).
                 let tube = self.job_mut(id).tube;
                 self.jobs.remove(&id);
                 self.add_far(tube, until);
@@ -170,11 +175,13 @@ impl Engine {
         self.leave_state(id);
         let job = self.job_mut(id);
         job.priority = priority;
-        job.buries += 1;
+        job.history.buries += 1;
+        let history = job.history;
         self.changes.push(Change::Update {
             id,
             state: DurableState::Buried,
             priority,
+            history,
         });
         self.enter_buried(id);
         Ok(())
@@ -201,11 +208,14 @@ impl Engine {
         }
         let priority = job.priority;
         self.leave_state(id);
-        self.job_mut(id).buries += 1;
+        let job = self.job_mut(id);
+        job.history.buries += 1;
+        let history = job.history;
         self.changes.push(Change::Update {
             id,
             state: DurableState::Buried,
             priority,
+            history,
         });
         self.enter_buried(id);
         Ok(())

@@ -5,16 +5,23 @@
 //! | change | bytes |
 //! |--------|-------|
 //! | `Put` | `1`, id u64, record length u32, record |
-//! | `Update` | `2`, id u64, state tag u8 (0 ready, 1 delayed, 2 buried), `until` u64, priority u32 |
+//! | `Update` | `5`, id u64, state tag u8 (0 ready, 1 delayed, 2 buried), `until` u64, priority u32, delay u64, reserves, timeouts, releases, buries, kicks (u32 each) |
 //! | `Delete` | `3`, id u64 |
 //! | `ReserveIds` | `4`, end u64 |
+//!
+//! Tag `2`, an update without the history (id, state tag, `until`, priority), is what logs
+//! written before histories were stored hold. It is still read, with an empty history (no
+//! counters, delay 0): such a log is replayed once, by the first start of a newer build after
+//! a crash of an older one, and the older build kept no counters to lose.
 
-use tickwheel_queue::{Change, DurableState};
+use tickwheel_queue::{Change, DurableState, JobHistory};
 
 use crate::record::{decode, encode_into};
 
 const PUT: u8 = 1;
-const UPDATE: u8 = 2;
+/// An update from a log written before histories were stored.
+const UPDATE_NO_HISTORY: u8 = 2;
+const UPDATE: u8 = 5;
 const DELETE: u8 = 3;
 const RESERVE: u8 = 4;
 
@@ -51,6 +58,7 @@ pub(crate) fn encode_changes_into(
                 id,
                 state,
                 priority,
+                history,
             } => {
                 let (tag, until) = match *state {
                     DurableState::Ready => (0u8, 0u64),
@@ -62,6 +70,16 @@ pub(crate) fn encode_changes_into(
                 v.push(tag);
                 v.extend_from_slice(&until.to_le_bytes());
                 v.extend_from_slice(&priority.to_le_bytes());
+                v.extend_from_slice(&history.delay.to_le_bytes());
+                for n in [
+                    history.reserves,
+                    history.timeouts,
+                    history.releases,
+                    history.buries,
+                    history.kicks,
+                ] {
+                    v.extend_from_slice(&n.to_le_bytes());
+                }
             }
             Change::Delete { id } => {
                 v.push(DELETE);
@@ -125,21 +143,34 @@ pub fn decode_changes(bytes: &[u8]) -> Result<Vec<Change>, String> {
                 let rec = decode(id, r.take(len)?)?;
                 Change::Put(rec)
             }
-            UPDATE => {
+            tag @ (UPDATE | UPDATE_NO_HISTORY) => {
                 let id = r.u64()?;
-                let tag = r.u8()?;
+                let state_tag = r.u8()?;
                 let until = r.u64()?;
                 let priority = r.u32()?;
-                let state = match tag {
+                let state = match state_tag {
                     0 => DurableState::Ready,
                     1 => DurableState::Delayed { until },
                     2 => DurableState::Buried,
                     t => return Err(format!("update of job {id}: unknown state tag {t}")),
                 };
+                let history = if tag == UPDATE {
+                    JobHistory {
+                        delay: r.u64()?,
+                        reserves: r.u32()?,
+                        timeouts: r.u32()?,
+                        releases: r.u32()?,
+                        buries: r.u32()?,
+                        kicks: r.u32()?,
+                    }
+                } else {
+                    JobHistory::default()
+                };
                 Change::Update {
                     id,
                     state,
                     priority,
+                    history,
                 }
             }
             DELETE => Change::Delete { id: r.u64()? },

@@ -245,6 +245,49 @@ fn select_replays_from_applied_and_stops_at_a_gap() {
     assert_eq!(r.max_seen, 6);
 }
 
+/// An update carries the job's history (tag 5); a log written before that (tag 2) still
+/// decodes, with an empty history.
+#[test]
+fn updates_carry_the_history_and_old_updates_still_decode() {
+    use tickwheel_queue::{Change, DurableState, JobHistory};
+    let update = Change::Update {
+        id: 9,
+        state: DurableState::Delayed { until: 77 },
+        priority: 3,
+        history: JobHistory {
+            delay: 60_000,
+            reserves: u32::MAX,
+            timeouts: 2,
+            releases: 3,
+            buries: 4,
+            kicks: 5,
+        },
+    };
+    let bytes = codec::encode_changes(std::slice::from_ref(&update));
+    assert_eq!(bytes[0], 5);
+    assert_eq!(codec::decode_changes(&bytes), Ok(vec![update]));
+    for cut in 1..bytes.len() {
+        assert!(
+            codec::decode_changes(&bytes[..cut]).is_err(),
+            "cut at {cut}"
+        );
+    }
+    let mut old = vec![2u8];
+    old.extend_from_slice(&9u64.to_le_bytes());
+    old.push(1);
+    old.extend_from_slice(&77u64.to_le_bytes());
+    old.extend_from_slice(&3u32.to_le_bytes());
+    assert_eq!(
+        codec::decode_changes(&old),
+        Ok(vec![Change::Update {
+            id: 9,
+            state: DurableState::Delayed { until: 77 },
+            priority: 3,
+            history: JobHistory::default(),
+        }])
+    );
+}
+
 #[test]
 fn fuzz_seeds_pass_the_fuzz_checks() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/wal_decode");
@@ -259,6 +302,8 @@ fn fuzz_seeds_pass_the_fuzz_checks() {
 
 /// Writes the fuzz target's seeds (run by hand: `cargo test -p tickwheel-store --lib
 /// write_fuzz_seeds -- --ignored`): a segment of real batches, a torn one, a bare payload.
+/// (`*-before-histories` are the same written by the build before updates carried a job's
+/// history: change tag 2.)
 #[test]
 #[ignore = "writes fuzz/seeds/wal_decode"]
 fn write_fuzz_seeds() {
@@ -274,6 +319,7 @@ fn write_fuzz_seeds() {
         created: 3,
         body: bytes::Bytes::from_static(b"hello"),
         idempotency_key: key.map(str::to_owned),
+        history: Default::default(),
     };
     let batches = [
         vec![Change::ReserveIds { end: 64 }, Change::Put(job(1, None))],
@@ -282,6 +328,14 @@ fn write_fuzz_seeds() {
                 id: 1,
                 state: DurableState::Buried,
                 priority: 9,
+                history: tickwheel_queue::JobHistory {
+                    delay: 4_997,
+                    reserves: 2,
+                    timeouts: 1,
+                    releases: 1,
+                    buries: 1,
+                    kicks: 0,
+                },
             },
             Change::Put(job(2, Some("order-42"))),
         ],
@@ -316,6 +370,7 @@ mod faults {
             created: 0,
             body: Bytes::from_static(b"body"),
             idempotency_key: None,
+            history: Default::default(),
         })
     }
 
@@ -421,6 +476,7 @@ mod applier {
             created: 0,
             body: Bytes::from(format!("body {id}")),
             idempotency_key: None,
+            history: Default::default(),
         }
     }
 
@@ -439,11 +495,13 @@ mod applier {
                     id: 1,
                     state: DurableState::Ready,
                     priority: 9,
+                    history: Default::default(),
                 },
                 Change::Update {
                     id: 2,
                     state: DurableState::Delayed { until: 7_000 },
                     priority: 3,
+                    history: Default::default(),
                 },
             ],
             vec![
@@ -455,6 +513,7 @@ mod applier {
                     id: 2,
                     state: DurableState::Buried,
                     priority: 4,
+                    history: Default::default(),
                 },
                 Change::Delete { id: 4 },
                 Change::ReserveIds { end: 200 },
@@ -608,6 +667,7 @@ fn in_place_records_match_the_copying_encoders_and_their_puts() {
         created: 11,
         body: Bytes::from(vec![b'b'; id as usize * 3]),
         idempotency_key: key.map(str::to_owned),
+        history: Default::default(),
     };
     let batch = vec![
         Change::ReserveIds { end: 64 },
@@ -616,6 +676,7 @@ fn in_place_records_match_the_copying_encoders_and_their_puts() {
             id: 9,
             state: DurableState::Buried,
             priority: 1,
+            history: Default::default(),
         },
         Change::Put(job(2, DurableState::Delayed { until: 77 }, Some("k"))),
         Change::Delete { id: 4 },

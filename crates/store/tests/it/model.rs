@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use tickwheel_store::{
-    Change, DiskOptions, DiskStore, DurableState, JobId, JobRecord, MemStore, Recovered, Store,
-    TubeName,
+    Change, DiskOptions, DiskStore, DurableState, JobHistory, JobId, JobRecord, MemStore,
+    Recovered, Store, TubeName,
 };
 
 use crate::util::{due, job};
@@ -29,10 +29,27 @@ fn state_strategy() -> impl Strategy<Value = DurableState> {
     ]
 }
 
+/// Mostly small histories (jobs released or buried a few times), sometimes none.
+fn history_strategy() -> impl Strategy<Value = JobHistory> {
+    prop_oneof![
+        Just(JobHistory::default()),
+        (0u64..100_000, proptest::array::uniform5(0u32..4)).prop_map(
+            |(delay, [reserves, timeouts, releases, buries, kicks])| JobHistory {
+                delay,
+                reserves,
+                timeouts,
+                releases,
+                buries,
+                kicks,
+            }
+        ),
+    ]
+}
+
 fn mutation_strategy() -> impl Strategy<Value = Change> {
     prop_oneof![
         3 => (0..IDS, 0usize..3, state_strategy()).prop_map(|(id, t, s)| Change::Put(job(id, ["a", "b", "tube-c"][t], s))),
-        2 => (0..IDS, state_strategy(), 0u32..5).prop_map(|(id, state, priority)| Change::Update { id, state, priority }),
+        2 => (0..IDS, state_strategy(), 0u32..5, history_strategy()).prop_map(|(id, state, priority, history)| Change::Update { id, state, priority, history }),
         1 => (0..IDS).prop_map(|id| Change::Delete { id }),
         1 => (0u64..40).prop_map(|end| Change::ReserveIds { end }),
     ]
@@ -64,10 +81,10 @@ impl Model {
                     id,
                     state,
                     priority,
+                    history,
                 } => {
                     if let Some(r) = self.jobs.get_mut(id) {
-                        r.state = *state;
-                        r.priority = *priority;
+                        r.update(*state, *priority, *history);
                     }
                 }
                 Change::Delete { id } => {

@@ -26,6 +26,7 @@ fn committed_jobs_survive_reopen_and_deleted_ones_stay_deleted() {
             id: 3,
             state: DurableState::Buried,
             priority: 9,
+            history: Default::default(),
         }])
         .unwrap();
     }
@@ -81,6 +82,7 @@ fn far_delayed_counts_track_moves_between_tubes_and_states() {
             id: 1,
             state: DurableState::Ready,
             priority: 0,
+            history: Default::default(),
         },
     ])
     .unwrap();

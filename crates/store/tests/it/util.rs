@@ -15,6 +15,7 @@ pub fn job(id: JobId, tube: &str, state: DurableState) -> JobRecord {
         created: id * 3,
         body: Bytes::from(format!("body of job {id}").into_bytes()),
         idempotency_key: None,
+        history: Default::default(),
     }
 }
 
