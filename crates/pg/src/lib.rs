@@ -793,40 +793,31 @@ impl PgStore {
         }
         let ids_end: Option<i64> = ids_end.map(big);
         let sent = (self.node_clock)();
-        let row = client.query_one(
-            statement,
-            &[
-                &up_id,
-                &up_tube,
-                &up_pri,
-                &up_ttr,
-                &up_state,
-                &up_until,
-                &up_created,
-                &up_body,
-                &u_id,
-                &u_state,
-                &u_until,
-                &u_pri,
-                &deleted,
-                &ids_end,
-                &up_key,
-                &big(sent),
-                &self.epoch,
-                &up_history.0[0],
-                &up_history.0[1],
-                &up_history.0[2],
-                &up_history.0[3],
-                &up_history.0[4],
-                &up_history.0[5],
-                &u_history.0[0],
-                &u_history.0[1],
-                &u_history.0[2],
-                &u_history.0[3],
-                &u_history.0[4],
-                &u_history.0[5],
-            ],
-        )?;
+        let sent_big = big(sent);
+        let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![
+            &up_id,
+            &up_tube,
+            &up_pri,
+            &up_ttr,
+            &up_state,
+            &up_until,
+            &up_created,
+            &up_body,
+            &u_id,
+            &u_state,
+            &u_until,
+            &u_pri,
+            &deleted,
+            &ids_end,
+            &up_key,
+            &sent_big,
+            &self.epoch,
+        ];
+        // $18..$23, then $24..$29: the history columns of the upserts, then of the updates.
+        for column in up_history.0.iter().chain(&u_history.0) {
+            params.push(column);
+        }
+        let row = client.query_one(statement, &params)?;
         // Shared mode: `d` is (database clock − `sent`); every delayed due time went in as
         // `until + d`.
         let d: i64 = if self.sql.announce.is_some() {
@@ -836,7 +827,7 @@ impl PgStore {
         };
         if self.sql.announce.is_some() {
             let back = (self.node_clock)();
-            self.offset.observe(big(sent).saturating_add(d), back);
+            self.offset.observe(sent_big.saturating_add(d), back);
             let delayed = up_until
                 .iter()
                 .zip(&up_state)

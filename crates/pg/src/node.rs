@@ -407,6 +407,7 @@ impl Node {
     ///     created: 0,
     ///     body: "send the welcome mail".into(),
     ///     idempotency_key: None,
+    ///     history: Default::default(), // not reserved, released, buried or kicked yet
     /// };
     /// store.commit(&[Change::Put(job)])?; // committed, and announced to every node
     /// let claims = node.claim(&[(id, node.holder(1))])?;

@@ -54,16 +54,7 @@ impl Engine {
                 return;
             }
         }
-        let created = record.created.min(now);
-        let job = Job::new(
-            tube,
-            record.priority,
-            record.ttr,
-            record.history,
-            created,
-            record.body,
-        );
-        self.add_job(record.id, job);
+        self.add_job(record.id, Job::restored(tube, &record, now));
         match record.state {
             DurableState::Ready => self.enter_ready(record.id),
             DurableState::Buried => self.enter_buried(record.id),

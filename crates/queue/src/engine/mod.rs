@@ -118,6 +118,19 @@ impl Job {
             key: None,
         }
     }
+
+    /// A job read back from the store (its key, if any, still to be registered), ready to
+    /// enter its state; a creation time after `now` is clamped to it.
+    fn restored(tube: TubeId, record: &JobRecord, now: Millis) -> Job {
+        Job::new(
+            tube,
+            record.priority,
+            record.ttr,
+            record.history,
+            record.created.min(now),
+            record.body.clone(),
+        )
+    }
 }
 
 struct Client {
@@ -252,15 +265,7 @@ impl Engine {
                 max_id = max_id.max(record.id);
             }
             let tube = engine.tube_ref(&record.tube);
-            let created = record.created.min(now);
-            let mut job = Job::new(
-                tube,
-                record.priority,
-                record.ttr,
-                record.history,
-                created,
-                record.body,
-            );
+            let mut job = Job::restored(tube, &record, now);
             if let Some(key) = record.idempotency_key {
                 engine
                     .keys

@@ -237,14 +237,7 @@ impl Engine {
         t.due.remove(until); // counted again by `enter_delayed` if it stays delayed
         self.far = self.far.saturating_sub(1);
         let now = self.now();
-        let mut job = Job::new(
-            tube,
-            record.priority,
-            record.ttr,
-            record.history,
-            record.created.min(now),
-            record.body,
-        );
+        let mut job = Job::restored(tube, &record, now);
         if let Some(key) = record.idempotency_key {
             // Far keyed jobs are in `keys` already (put, or `add_far_keys` at recovery).
             self.keys
