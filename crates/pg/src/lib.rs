@@ -302,18 +302,55 @@ impl Sql {
         // (`announce`): a transaction that NOTIFYs holds PostgreSQL's cluster-wide notification
         // lock from its pre-commit until its commit is flushed, so group commits that NOTIFY
         // themselves would wait for each other's WAL flush across all nodes.
-        // The history an update writes: one node alone writes its engine's (as the embedded
-        // store does); nodes sharing the schema count it in their own statements (`node.rs`),
-        // so a node's cache of a job another node acted on never writes stale counters back.
-        // (The parameters are typed in the `unnest` either way.)
+        // The job histories: one node alone writes its engine's with every put and update
+        // (as the embedded store does: $18..$23 for the puts, $24..$29 for the updates).
+        // Nodes sharing the schema count them in their own statements (`node.rs`), so a
+        // node's cache of a job another node acted on never writes stale counters back: a put
+        // sends only its delay ($18; the counters start at their default, 0), an update none.
         let history = if shared {
-            // The one change that reaches a shared schema only through here: `kick-job` (a
-            // buried or delayed row made ready; `kick` and `release` set the state first).
-            ", kicks = j.kicks + (j.state IN (1, 2) AND u.state = 0)::int"
+            HistorySql {
+                insert: ", delay_ms",
+                select: ", nullif(u.delay, 0)",
+                params: ", $18::bigint[]",
+                names: ", delay",
+                conflict: ", delay_ms = excluded.delay_ms",
+                // The one change that reaches a shared schema only through here: `kick-job`
+                // (a buried or delayed row made ready; `kick` and `release` set the state
+                // first).
+                update: ", kicks = CASE WHEN j.state IN (1, 2) AND u.state = 0 \
+                         THEN least(coalesce(j.kicks, 0) + 1, 4294967295) ELSE j.kicks END",
+                update_params: "",
+                update_names: "",
+            }
         } else {
-            ", delay_ms = u.delay, reserves = u.reserves, timeouts = u.timeouts, \
-             releases = u.releases, buries = u.buries, kicks = u.kicks"
+            HistorySql {
+                insert: ", delay_ms, reserves, timeouts, releases, buries, kicks",
+                select: ", nullif(u.delay, 0), nullif(u.reserves, 0), nullif(u.timeouts, 0), \
+                         nullif(u.releases, 0), nullif(u.buries, 0), nullif(u.kicks, 0)",
+                params: ", $18::bigint[], $19::bigint[], $20::bigint[], $21::bigint[], \
+                         $22::bigint[], $23::bigint[]",
+                names: ", delay, reserves, timeouts, releases, buries, kicks",
+                conflict: ", delay_ms = excluded.delay_ms, reserves = excluded.reserves, \
+                           timeouts = excluded.timeouts, releases = excluded.releases, \
+                           buries = excluded.buries, kicks = excluded.kicks",
+                update: ", delay_ms = nullif(u.delay, 0), reserves = nullif(u.reserves, 0), \
+                         timeouts = nullif(u.timeouts, 0), releases = nullif(u.releases, 0), \
+                         buries = nullif(u.buries, 0), kicks = nullif(u.kicks, 0)",
+                update_params: ", $24::bigint[], $25::bigint[], $26::bigint[], $27::bigint[], \
+                                $28::bigint[], $29::bigint[]",
+                update_names: ", delay, reserves, timeouts, releases, buries, kicks",
+            }
         };
+        let HistorySql {
+            insert: h_insert,
+            select: h_select,
+            params: h_params,
+            names: h_names,
+            conflict: h_conflict,
+            update: h_update,
+            update_params: h_update_params,
+            update_names: h_update_names,
+        } = history;
         let (offset, free) = if shared {
             (
                 // $16 is the node's clock when it sent the commit: a due time of the node's
@@ -340,38 +377,32 @@ impl Sql {
                      SELECT 1 FROM {s}.meta WHERE key = 'active_epoch' AND value = $17::bigint
                      FOR SHARE
                  ), off AS MATERIALIZED (SELECT {offset} AS d), up AS (
-                     INSERT INTO {s}.jobs AS j ({COLUMNS})
+                     INSERT INTO {s}.jobs AS j (id, tube, priority, ttr_ms, state, until_ms,
+                                                created_ms, body, idempotency_key{h_insert})
                      SELECT u.id, u.tube, u.priority, u.ttr, u.state,
                             CASE WHEN u.state = 1 THEN u.until_ms + off.d ELSE u.until_ms END,
-                            u.created, u.body, u.key, u.delay, u.reserves, u.timeouts,
-                            u.releases, u.buries, u.kicks
+                            u.created, u.body, u.key{h_select}
                      FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[],
                                  $5::smallint[], $6::bigint[], $7::bigint[], $8::bytea[],
-                                 $15::text[], $18::bigint[], $19::bigint[], $20::bigint[],
-                                 $21::bigint[], $22::bigint[], $23::bigint[])
-                          AS u(id, tube, priority, ttr, state, until_ms, created, body, key,
-                               delay, reserves, timeouts, releases, buries, kicks),
+                                 $15::text[]{h_params})
+                          AS u(id, tube, priority, ttr, state, until_ms, created, body, key
+                               {h_names}),
                           off
                      ON CONFLICT (id) DO UPDATE SET tube = excluded.tube,
                          priority = excluded.priority, ttr_ms = excluded.ttr_ms,
                          state = excluded.state, until_ms = excluded.until_ms,
                          created_ms = excluded.created_ms, body = excluded.body,
-                         idempotency_key = excluded.idempotency_key,
-                         delay_ms = excluded.delay_ms, reserves = excluded.reserves,
-                         timeouts = excluded.timeouts, releases = excluded.releases,
-                         buries = excluded.buries, kicks = excluded.kicks,
+                         idempotency_key = excluded.idempotency_key{h_conflict},
                          holder = NULL, lease_until_ms = NULL
                      WHERE {free}
                  ), upd AS (
                      UPDATE {s}.jobs j SET state = u.state,
                          until_ms = CASE WHEN u.state = 1 THEN u.until_ms + off.d
                                          ELSE u.until_ms END,
-                         priority = u.priority, holder = NULL, lease_until_ms = NULL{history}
-                     FROM unnest($9::bigint[], $10::smallint[], $11::bigint[], $12::bigint[],
-                                 $24::bigint[], $25::bigint[], $26::bigint[], $27::bigint[],
-                                 $28::bigint[], $29::bigint[])
-                         AS u(id, state, until_ms, priority, delay, reserves, timeouts,
-                              releases, buries, kicks), off
+                         priority = u.priority, holder = NULL, lease_until_ms = NULL{h_update}
+                     FROM unnest($9::bigint[], $10::smallint[], $11::bigint[], $12::bigint[]
+                                 {h_update_params})
+                         AS u(id, state, until_ms, priority{h_update_names}), off
                      WHERE j.id = u.id AND {free}
                  ), del AS (
                      DELETE FROM {s}.jobs j WHERE j.id = ANY($13::bigint[]) AND {free}
@@ -418,6 +449,12 @@ impl Sql {
 const ANNOUNCE: &str = "SELECT set_config('synchronous_commit', 'off', true), \
      count(pg_notify($1::text, p)) FROM unnest($2::text[]) AS p";
 
+/// `col = <one more>` for a history counter of `jobs j` (migration 4: NULL means 0), at most
+/// `u32::MAX` as the engine's counters.
+pub(crate) fn count_up(col: &str) -> String {
+    format!("least(coalesce(j.{col}, 0) + 1, 4294967295)")
+}
+
 /// A `u64` as PostgreSQL `bigint`, saturating (ids, times and TTRs stay far below 2^63).
 fn big(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
@@ -428,6 +465,18 @@ enum Net {
     Upsert(JobRecord),
     Update(DurableState, u32, JobHistory),
     Delete,
+}
+
+/// The parts of the group commit's statement that carry job histories (see [`Sql::new`]).
+struct HistorySql {
+    insert: &'static str,
+    select: &'static str,
+    params: &'static str,
+    names: &'static str,
+    conflict: &'static str,
+    update: &'static str,
+    update_params: &'static str,
+    update_names: &'static str,
 }
 
 /// The history columns of a group commit's upserts or updates, one array per column.
@@ -813,9 +862,14 @@ impl PgStore {
             &sent_big,
             &self.epoch,
         ];
-        // $18..$23, then $24..$29: the history columns of the upserts, then of the updates.
-        for column in up_history.0.iter().chain(&u_history.0) {
-            params.push(column);
+        if self.sql.announce.is_some() {
+            // Shared: the puts' delays only ($18; see `Sql::new`).
+            params.push(&up_history.0[0]);
+        } else {
+            // $18..$23, then $24..$29: the history columns of the puts, then of the updates.
+            for column in up_history.0.iter().chain(&u_history.0) {
+                params.push(column);
+            }
         }
         let row = client.query_one(statement, &params)?;
         // Shared mode: `d` is (database clock − `sent`); every delayed due time went in as
@@ -885,11 +939,12 @@ impl PgStore {
         let created: i64 = row.get(6);
         let body: &[u8] = row.get(7);
         let idempotency_key: Option<&str> = row.get(8);
+        // Migration 4's columns: NULL is 0.
         let count = |i: usize| {
-            let n: i64 = row.get(i);
+            let n: i64 = row.get::<_, Option<i64>>(i).unwrap_or(0);
             u32::try_from(n).map_err(|_| self.corrupt(format!("job {id}: a counter of {n}")))
         };
-        let delay: i64 = row.get(9);
+        let delay: i64 = row.get::<_, Option<i64>>(9).unwrap_or(0);
         let mut history = JobHistory {
             delay: u64::try_from(delay).unwrap_or(0),
             reserves: count(10)?,

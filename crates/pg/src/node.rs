@@ -24,8 +24,10 @@
 //!   and its announcement is covered by [`Node::stale_nodes`]: the others read its id block.
 //! - **The database counts each job's history** (`reserves`, `timeouts`, `releases`,
 //!   `buries`, `kicks`, `delay_ms`: what `stats-job` shows, migration 4) in the statements
-//!   that claim, expire, release, bury and kick, so the counts are the cluster's whatever node
-//!   acted; a node's engine reads them with the row.
+//!   that end a reservation (release, bury, expire, a hung-up client's release, a claim over a
+//!   lapsed lease) and kick, so the counts are the cluster's whatever node acted, as of the
+//!   job's last write like beanstalkd's binlog; a node's engine reads them with the row. A
+//!   claim that ends in a delete writes no counter.
 //! - `holder` is an opaque number the server chooses; it must be unique across the nodes of a
 //!   schema while a lease lives ([`Node::holder`] builds one from the node id and a client).
 
@@ -224,6 +226,9 @@ impl NodeSql {
         // Ready for anyone at `now`: the claim's condition and the counts' "ready".
         let ready = "(j.state = 0 OR (j.state = 1 AND j.until_ms <= t.now) \
                      OR (j.state = 3 AND j.lease_until_ms <= t.now))";
+        // One more of a job's counter (migration 4: NULL is 0; u32 at most, as in the engine).
+        let [reserves_up, timeouts_up, releases_up, buries_up, kicks_up] =
+            ["reserves", "timeouts", "releases", "buries", "kicks"].map(crate::count_up);
         // Held by holder $2 under a live lease.
         let held = format!("j.state = 3 AND j.holder = $2 AND j.lease_until_ms > {s}.now_ms()");
         // Announce the ids of `x` (one notification per IDS_PER_NOTE ids) and return them as
@@ -248,8 +253,9 @@ impl NodeSql {
                  c AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS c(id, holder)),
                  w AS (
                      UPDATE {s}.jobs j SET state = 3, holder = c.holder,
-                         lease_until_ms = t.now + j.ttr_ms, reserves = j.reserves + 1,
-                         timeouts = j.timeouts + (j.state = 3)::int
+                         lease_until_ms = t.now + j.ttr_ms,
+                         reserves = CASE WHEN j.state = 3 THEN {reserves_up} ELSE j.reserves END,
+                         timeouts = CASE WHEN j.state = 3 THEN {timeouts_up} ELSE j.timeouts END
                      FROM c, t
                      WHERE j.id = c.id AND {ready}
                        AND NOT EXISTS (SELECT 1 FROM {s}.tubes p
@@ -283,7 +289,8 @@ impl NodeSql {
                      UPDATE {s}.jobs j SET state = CASE WHEN $4::bigint > 0 THEN 1 ELSE 0 END,
                          until_ms = CASE WHEN $4::bigint > 0 THEN {s}.now_ms() + $4 ELSE 0 END,
                          priority = $3, holder = NULL, lease_until_ms = NULL,
-                         releases = j.releases + 1, delay_ms = $4
+                         reserves = {reserves_up}, releases = {releases_up},
+                         delay_ms = nullif($4::bigint, 0)
                      WHERE j.id = $1 AND {held}
                      RETURNING j.id
                  ) {}",
@@ -291,7 +298,8 @@ impl NodeSql {
             ),
             release_all: format!(
                 "WITH r AS (
-                     UPDATE {s}.jobs j SET state = 0, holder = NULL, lease_until_ms = NULL
+                     UPDATE {s}.jobs j SET state = 0, holder = NULL, lease_until_ms = NULL,
+                         reserves = {reserves_up}
                      WHERE j.state = 3 AND j.holder = ANY($1::bigint[])
                        AND j.lease_until_ms > {s}.now_ms()
                      RETURNING j.id
@@ -300,7 +308,7 @@ impl NodeSql {
             ),
             bury: format!(
                 "UPDATE {s}.jobs j SET state = 2, priority = $3, holder = NULL,
-                     lease_until_ms = NULL, buries = j.buries + 1
+                     lease_until_ms = NULL, reserves = {reserves_up}, buries = {buries_up}
                  WHERE j.id = $1 AND {held} RETURNING j.id"
             ),
             touch: format!(
@@ -309,7 +317,7 @@ impl NodeSql {
             ),
             kick: format!(
                 "WITH k AS (
-                     UPDATE {s}.jobs j SET state = 0, kicks = j.kicks + 1
+                     UPDATE {s}.jobs j SET state = 0, kicks = {kicks_up}
                      WHERE j.id IN (SELECT id FROM {s}.jobs
                                     WHERE tube = $1 AND state = 2 ORDER BY id LIMIT $2
                                     FOR UPDATE SKIP LOCKED)
@@ -330,7 +338,7 @@ impl NodeSql {
                 "WITH t AS MATERIALIZED (SELECT {s}.now_ms() AS now),
                  e AS (
                      UPDATE {s}.jobs j SET state = 0, holder = NULL, lease_until_ms = NULL,
-                         timeouts = j.timeouts + 1
+                         reserves = {reserves_up}, timeouts = {timeouts_up}
                      WHERE j.id IN (SELECT id FROM {s}.jobs
                                     WHERE state = 3 AND lease_until_ms <= (SELECT now FROM t)
                                     ORDER BY lease_until_ms LIMIT $1

@@ -783,3 +783,65 @@ fn every_node_connection_plans_its_statements_once() {
         "plan_cache_mode of the node's connections: {modes:?}"
     );
 }
+
+/// Nodes sharing a schema count each job's history in the database, whichever node acted: a
+/// claim adds a reserve (and a timeout when it takes over a lapsed lease), the sweep a
+/// timeout, release, bury and kick their own counter, and a release records its delay.
+/// A node's group commit never writes a stale history back.
+#[test]
+fn every_node_counts_a_jobs_history_in_the_database() {
+    let Some((_cluster, options)) = setup() else {
+        return;
+    };
+    let a = Node::join(&options).expect("join a");
+    let b = Node::join(&options).expect("join b");
+    let store = PgStore::open(&options).expect("open").shared();
+    let id = a.ids().start;
+    put(&store, vec![job(id, "t", DurableState::Ready, 1_000)]);
+    let history = |store: &PgStore| store.get(id).expect("get").expect("the job").history;
+    let claim = |node: &Node, holder: i64| {
+        let won = node.claim(&[(id, holder)]).expect("claim").won;
+        assert_eq!(won.len(), 1, "claimed by {holder}");
+    };
+
+    claim(&a, a.holder(1));
+    assert!(a.release(a.holder(1), id, 5, 0).expect("release"));
+    claim(&b, b.holder(1));
+    assert!(b.bury(b.holder(1), id, 5).expect("bury"));
+    assert_eq!(a.kick("t", 10).expect("kick"), vec![id]);
+    claim(&b, b.holder(2));
+    assert!(b.release(b.holder(2), id, 5, 0).expect("release"));
+    // A lease that lapses: swept back (a timeout), then claimed again and left to lapse, then
+    // claimed over the lapsed lease before any sweep (another timeout).
+    claim(&a, a.holder(3));
+    std::thread::sleep(Duration::from_millis(1_100));
+    assert_eq!(b.expire(10).expect("expire"), vec![id]);
+    claim(&a, a.holder(4));
+    std::thread::sleep(Duration::from_millis(1_100));
+    claim(&b, b.holder(5));
+    assert!(b.release(b.holder(5), id, 5, 30_000).expect("release"));
+    let h = history(&store);
+    assert_eq!(
+        (h.reserves, h.timeouts, h.releases, h.buries, h.kicks, h.delay),
+        (6, 2, 3, 1, 1, 30_000),
+        "{h:?}"
+    );
+
+    // A node's commit of its engine's view (kick-job of the delayed job, with a history that
+    // knows nothing of the other node's acts) leaves the counts to the database, which counts
+    // the kick.
+    store
+        .commit(&[Change::Update {
+            id,
+            state: DurableState::Ready,
+            priority: 5,
+            history: Default::default(),
+        }])
+        .expect("commit");
+    let h = history(&store);
+    assert_eq!(
+        (h.reserves, h.timeouts, h.releases, h.buries, h.kicks, h.delay),
+        (6, 2, 3, 1, 2, 30_000),
+        "{h:?}"
+    );
+}

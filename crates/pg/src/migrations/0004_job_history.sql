@@ -2,19 +2,21 @@
 -- {schema} is replaced by the schema name (a checked identifier) before this runs.
 
 -- delay_ms: the delay given at put or at the last release. The counters: how often the job
--- was reserved, timed out (TTR), released, buried and kicked. One node alone writes them with
--- each change its engine makes (as of the job's last durable change, like beanstalkd's
--- binlog); nodes sharing the schema (active-active) count them here, in the statements that
--- claim, release, bury, kick and expire jobs. Adding a column with a constant default does
--- not rewrite the table. A delayed row from before this migration (delay_ms 0) reads as
--- delayed by until_ms - created_ms, as it did before.
+-- was reserved, timed out (TTR), released, buried and kicked. Each is as of the job's last
+-- durable change, like beanstalkd's binlog: one node alone writes its engine's with each
+-- change; nodes sharing the schema (active-active) count them here, in the statements that
+-- release, bury, kick and expire jobs (a reserve is counted by the statement that ends it: a
+-- job claimed and deleted writes no counter). NULL means 0, so a row that never had one
+-- stores nothing for it (the rows of a put, claim, delete life stay as narrow as before), and
+-- adding the columns does not rewrite the table. A delayed row whose delay_ms is NULL (from
+-- before this migration) reads as delayed by until_ms - created_ms, as it did before.
 ALTER TABLE {schema}.jobs
-    ADD COLUMN delay_ms bigint NOT NULL DEFAULT 0 CHECK (delay_ms >= 0),
-    ADD COLUMN reserves bigint NOT NULL DEFAULT 0 CHECK (reserves BETWEEN 0 AND 4294967295),
-    ADD COLUMN timeouts bigint NOT NULL DEFAULT 0 CHECK (timeouts BETWEEN 0 AND 4294967295),
-    ADD COLUMN releases bigint NOT NULL DEFAULT 0 CHECK (releases BETWEEN 0 AND 4294967295),
-    ADD COLUMN buries   bigint NOT NULL DEFAULT 0 CHECK (buries BETWEEN 0 AND 4294967295),
-    ADD COLUMN kicks    bigint NOT NULL DEFAULT 0 CHECK (kicks BETWEEN 0 AND 4294967295);
+    ADD COLUMN delay_ms bigint CHECK (delay_ms > 0),
+    ADD COLUMN reserves bigint CHECK (reserves BETWEEN 1 AND 4294967295),
+    ADD COLUMN timeouts bigint CHECK (timeouts BETWEEN 1 AND 4294967295),
+    ADD COLUMN releases bigint CHECK (releases BETWEEN 1 AND 4294967295),
+    ADD COLUMN buries   bigint CHECK (buries BETWEEN 1 AND 4294967295),
+    ADD COLUMN kicks    bigint CHECK (kicks BETWEEN 1 AND 4294967295);
 
 -- put(): as in migration 1, and it records the delay it was given (its local variable renamed:
 -- a column is now called delay_ms).
@@ -48,7 +50,7 @@ BEGIN
     VALUES (new_id, put.tube, pri, greatest(ttr, 1) * 1000,
             CASE WHEN wait_ms > 0 THEN 1 ELSE 0 END,
             CASE WHEN wait_ms > 0 THEN now_ms + wait_ms ELSE 0 END,
-            now_ms, put.body, wait_ms);
+            now_ms, put.body, nullif(wait_ms, 0));
     PERFORM pg_notify('{channel}_put', new_id::text);
     RETURN new_id;
 END
