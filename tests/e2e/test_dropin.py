@@ -777,3 +777,49 @@ def test_version_names_the_commit():
     commit = m.group(2).removesuffix("-dirty")
     # The binary may be older than HEAD if it was not rebuilt; ci/e2e.sh always rebuilds.
     assert head.startswith(commit), f"built from {commit}, HEAD is {head}"
+
+
+def binlog_records_after_a_session(port):
+    """Runs puts, a release, a bury, a kick, a touch, a delete and reserves; returns `stats`'
+    binlog-records-written."""
+    c = Conn(port)
+    first = c.put("a")
+    c.put("b", delay=100)
+    c.put("c")
+    line, _ = c.cmd("reserve-with-timeout 0")
+    assert line.startswith(b"RESERVED"), line
+    assert c.cmd(f"release {first} 0 0")[0] == b"RELEASED"
+    line, _ = c.cmd("reserve-with-timeout 0")
+    assert c.cmd(f"touch {first}")[0] == b"TOUCHED"
+    assert c.cmd(f"bury {first} 0")[0] == b"BURIED"
+    assert c.cmd("kick 5")[0] == b"KICKED 1"
+    assert c.cmd(f"delete {first}")[0] == b"DELETED"
+    line, body = c.cmd("stats")
+    c.close()
+    fields = dict(ln.split(": ", 1) for ln in body.decode().splitlines()[1:] if ": " in ln)
+    return int(fields["binlog-records-written"])
+
+
+def test_binlog_records_written_counts_each_job_write_as_beanstalkd_does(workdir):
+    """`stats`' binlog-records-written: one per job write (put, release, bury, kick, delete;
+    a reserve or touch writes nothing), as beanstalkd's binlog counts its records (monitoring
+    exports it); 0 without -b in both. The one difference: a release with delay 0 is written
+    by tickwheel (its new priority was acknowledged) and not by beanstalkd (docs/protocol.md,
+    Intentional)."""
+    counts = {}
+    for name, server in [
+        ("beanstalkd -b", beanstalkd_process(workdir, ["-b", os.path.join(workdir, "bs")])),
+        ("tickwheel -b", tickwheel_process(os.path.join(workdir, "tw"), workdir)),
+        ("beanstalkd", beanstalkd_process(workdir)),
+        ("tickwheel", ServerProcess(beanstalkd_flags, "tickwheel-memory", workdir)),
+    ]:
+        try:
+            if name == "beanstalkd -b":
+                os.mkdir(os.path.join(workdir, "bs"))
+            server.start()
+            counts[name] = binlog_records_after_a_session(server.port)
+        finally:
+            server.close()
+    assert counts["beanstalkd -b"] == 6, counts  # 3 puts, bury, kick, delete
+    assert counts["tickwheel -b"] == counts["beanstalkd -b"] + 1, counts  # and the release
+    assert counts["beanstalkd"] == counts["tickwheel"] == 0, counts

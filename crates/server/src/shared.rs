@@ -70,6 +70,12 @@ pub(crate) struct Shared {
     pub(crate) instance_id: String,
     /// beanstalkd's `-s`, shown in `stats` only ([`crate::Config::binlog_max_size`]).
     pub(crate) binlog_max_size: u64,
+    /// Job records (a put, update or delete: what beanstalkd's binlog writes one record for)
+    /// handed to a durable store since start: `stats`' `binlog-records-written`. Stays 0
+    /// for a store in memory, as beanstalkd's without `-b`.
+    binlog_records: AtomicU64,
+    /// The store keeps nothing (`inline_commits`): no records are counted.
+    in_memory: bool,
     /// Largest clock reading handed to the engine (the engine's clock never runs backwards).
     latest: AtomicU64,
     /// Set once the first failed commit has been logged (the store refuses every write after
@@ -201,6 +207,8 @@ impl Shared {
                 (nanos as u64) ^ u64::from(std::process::id()).rotate_left(32)
             ),
             binlog_max_size: crate::DEFAULT_BINLOG_MAX_SIZE,
+            binlog_records: AtomicU64::new(0),
+            in_memory: inline_commits,
             latest: AtomicU64::new(0),
             failure_logged: AtomicBool::new(false),
             low_space: AtomicBool::new(false),
@@ -229,6 +237,11 @@ impl Shared {
             return (previous, true);
         }
         (wall, fraction)
+    }
+
+    /// `binlog-records-written`: job records handed to a durable store since start.
+    pub(crate) fn binlog_records_written(&self) -> u64 {
+        self.binlog_records.load(Ordering::Relaxed)
     }
 
     /// Whole seconds since the server started, by its clock.
@@ -438,6 +451,14 @@ impl Shared {
             }
         } else {
             let len = changes.len();
+            if !self.in_memory {
+                let records = changes
+                    .iter()
+                    .filter(|c| !matches!(c, Change::ReserveIds { .. }))
+                    .count();
+                self.binlog_records
+                    .fetch_add(records as u64, Ordering::Relaxed);
+            }
             let durable = self.group.stats().mutations;
             self.unsettled().submitting(&changes, durable);
             match self.group.submit(changes) {

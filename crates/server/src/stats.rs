@@ -144,7 +144,10 @@ pub(crate) fn server(shared: &Shared, s: &Stats) -> Bytes {
         ("binlog-oldest-index", Value::Int(0)),
         ("binlog-current-index", Value::Int(0)),
         ("binlog-records-migrated", Value::Int(0)),
-        ("binlog-records-written", Value::Int(0)),
+        (
+            "binlog-records-written",
+            Value::Int(shared.binlog_records_written()),
+        ),
         // beanstalkd prints it as a C `int`: -s -1 shows -1, a size over 2 GiB wraps.
         #[allow(clippy::cast_possible_truncation)]
         (
