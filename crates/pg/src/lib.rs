@@ -306,7 +306,8 @@ impl Sql {
         // (as the embedded store does: $18..$23 for the puts, $24..$29 for the updates).
         // Nodes sharing the schema count them in their own statements (`node.rs`), so a
         // node's cache of a job another node acted on never writes stale counters back: a put
-        // sends only its delay ($18; the counters start at their default, 0), an update none.
+        // sends only its delay ($18; the counters start at their default, 0), an update only
+        // its kicks ($19, below).
         let history = if shared {
             HistorySql {
                 insert: ", delay_ms",
@@ -314,13 +315,14 @@ impl Sql {
                 params: ", $18::bigint[]",
                 names: ", delay",
                 conflict: ", delay_ms = excluded.delay_ms",
-                // The one change that reaches a shared schema only through here: `kick-job`
-                // (a buried or delayed row made ready; `kick` and `release` set the state
-                // first).
-                update: ", kicks = CASE WHEN j.state IN (1, 2) AND u.state = 0 \
-                         THEN least(coalesce(j.kicks, 0) + 1, 4294967295) ELSE j.kicks END",
-                update_params: "",
-                update_names: "",
+                // The one count that reaches a shared schema only through here: `kick-job`'s
+                // (`kick`, release and bury count in their own statements). The node's engine
+                // counted it on the kicks it read with the row, so the larger of the two
+                // counts is the database's plus that kick ($19; a kick by another node in the
+                // same moment may be counted once for both).
+                update: ", kicks = nullif(greatest(coalesce(j.kicks, 0), u.kicks), 0)",
+                update_params: ", $19::bigint[]",
+                update_names: ", kicks",
             }
         } else {
             HistorySql {
@@ -863,8 +865,9 @@ impl PgStore {
             &self.epoch,
         ];
         if self.sql.announce.is_some() {
-            // Shared: the puts' delays only ($18; see `Sql::new`).
+            // Shared: the puts' delays ($18) and the updates' kicks ($19; see `Sql::new`).
             params.push(&up_history.0[0]);
+            params.push(&u_history.0[5]);
         } else {
             // $18..$23, then $24..$29: the history columns of the puts, then of the updates.
             for column in up_history.0.iter().chain(&u_history.0) {

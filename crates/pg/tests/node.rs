@@ -827,21 +827,31 @@ fn every_node_counts_a_jobs_history_in_the_database() {
         "{h:?}"
     );
 
-    // A node's commit of its engine's view (kick-job of the delayed job, with a history that
-    // knows nothing of the other node's acts) leaves the counts to the database, which counts
-    // the kick.
-    store
-        .commit(&[Change::Update {
-            id,
-            state: DurableState::Ready,
-            priority: 5,
-            history: Default::default(),
-        }])
-        .expect("commit");
+    // A node's commit of its engine's view leaves the counts to the database: kick-job of the
+    // delayed job by a node that read the row (kicks 1) and counted its kick (2) ...
+    let commit = |kicks: u32| {
+        store
+            .commit(&[Change::Update {
+                id,
+                state: DurableState::Ready,
+                priority: 5,
+                history: tickwheel_queue::JobHistory {
+                    kicks,
+                    ..Default::default()
+                },
+            }])
+            .expect("commit");
+    };
+    commit(2);
     let h = history(&store);
     assert_eq!(
         (h.reserves, h.timeouts, h.releases, h.buries, h.kicks, h.delay),
         (6, 2, 3, 1, 2, 30_000),
         "{h:?}"
     );
+    // ... and a stale view (a node that read the row before both kicks, or a reserve-job that
+    // is no kick) changes nothing.
+    commit(0);
+    commit(1);
+    assert_eq!(history(&store).kicks, 2);
 }
