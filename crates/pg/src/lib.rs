@@ -487,16 +487,10 @@ struct HistoryColumns([Vec<i64>; 6]);
 
 impl HistoryColumns {
     fn push(&mut self, h: &JobHistory) {
-        let values = [
-            big(h.delay),
-            i64::from(h.reserves),
-            i64::from(h.timeouts),
-            i64::from(h.releases),
-            i64::from(h.buries),
-            i64::from(h.kicks),
-        ];
-        for (column, v) in self.0.iter_mut().zip(values) {
-            column.push(v);
+        let [delay, counters @ ..] = &mut self.0;
+        delay.push(big(h.delay));
+        for (column, n) in counters.iter_mut().zip(h.counters()) {
+            column.push(i64::from(n));
         }
     }
 }
@@ -948,14 +942,10 @@ impl PgStore {
             u32::try_from(n).map_err(|_| self.corrupt(format!("job {id}: a counter of {n}")))
         };
         let delay: i64 = row.get::<_, Option<i64>>(9).unwrap_or(0);
-        let mut history = JobHistory {
-            delay: u64::try_from(delay).unwrap_or(0),
-            reserves: count(10)?,
-            timeouts: count(11)?,
-            releases: count(12)?,
-            buries: count(13)?,
-            kicks: count(14)?,
-        };
+        let mut history = JobHistory::from_counters(
+            u64::try_from(delay).unwrap_or(0),
+            [count(10)?, count(11)?, count(12)?, count(13)?, count(14)?],
+        );
         if state == 1 && delay == 0 {
             // A delayed row from before migration 4: the delay its put gave, as before.
             history.delay = u64::try_from(until.saturating_sub(created)).unwrap_or(0);

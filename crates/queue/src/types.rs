@@ -187,6 +187,35 @@ pub struct JobRecord {
     pub history: JobHistory,
 }
 
+impl JobHistory {
+    /// The five counters in their `stats-job` order: reserves, timeouts, releases, buries,
+    /// kicks (the order the stores write them in).
+    #[must_use]
+    pub fn counters(&self) -> [u32; 5] {
+        [
+            self.reserves,
+            self.timeouts,
+            self.releases,
+            self.buries,
+            self.kicks,
+        ]
+    }
+
+    /// A history from its delay and [`counters`](Self::counters).
+    #[must_use]
+    pub fn from_counters(delay: Millis, counters: [u32; 5]) -> JobHistory {
+        let [reserves, timeouts, releases, buries, kicks] = counters;
+        JobHistory {
+            delay,
+            reserves,
+            timeouts,
+            releases,
+            buries,
+            kicks,
+        }
+    }
+}
+
 impl JobRecord {
     /// What a [`Change::Update`] does to the stored record: its state, priority and history
     /// become the change's.

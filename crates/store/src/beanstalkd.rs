@@ -128,15 +128,11 @@ impl Replay {
                 other => return Err((start, format!("job {id}: unknown state {other}"))),
             };
             let priority = u32::from_le_bytes(word(rec, 8));
-            let counter = |n: usize| u32::from_le_bytes(word(rec, 56 + 4 * n));
-            let history = JobHistory {
-                delay: ns_to_ms_up(i64::from_le_bytes(long(rec, 16))).unwrap_or(0),
-                reserves: counter(0),
-                timeouts: counter(1),
-                releases: counter(2),
-                buries: counter(3),
-                kicks: counter(4),
-            };
+            let history = JobHistory::from_counters(
+                ns_to_ms_up(i64::from_le_bytes(long(rec, 16)))
+                    .ok_or_else(|| (start, format!("job {id}: negative delay")))?,
+                std::array::from_fn(|n| u32::from_le_bytes(word(rec, 56 + 4 * n))),
+            );
             if full {
                 let body_size = i32::from_le_bytes(word(rec, 32));
                 let body_len = usize::try_from(body_size)
@@ -474,6 +470,14 @@ mod tests {
                 "invalid tube name",
             ),
             (file(&[rec("t", 1, 9, Some(b"x"))]), 4, "unknown state 9"),
+            (
+                file(&[
+                    rec("t", 1, 1, Some(b"x")),
+                    with_history(rec("", 1, 1, None), -1, [0; 5]),
+                ]),
+                4 + 4 + 1 + JOBREC_LEN + 3,
+                "negative delay",
+            ),
             (
                 {
                     let mut f = BINLOG_VERSION.to_le_bytes().to_vec();

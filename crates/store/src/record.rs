@@ -68,8 +68,32 @@ const LAYOUT_V1: u8 = 1;
 const LAYOUT_KEYED: u8 = 2;
 
 const HEADER_LEN: usize = 31;
-/// Layout 3's history: the delay (u64) and five u32 counters.
-const HISTORY_LEN: usize = 8 + 4 * 5;
+/// A history's bytes (in layout 3 and in a log's `Update`): the delay (u64) and the five
+/// counters (u32 each), little-endian.
+pub(crate) const HISTORY_LEN: usize = 8 + 4 * 5;
+
+/// Appends `h`'s [`HISTORY_LEN`] bytes to `v`.
+pub(crate) fn encode_history(h: &JobHistory, v: &mut Vec<u8>) {
+    v.extend_from_slice(&h.delay.to_le_bytes());
+    for n in h.counters() {
+        v.extend_from_slice(&n.to_le_bytes());
+    }
+}
+
+/// The history in `bytes`; `None` unless they are [`HISTORY_LEN`] long.
+pub(crate) fn decode_history(bytes: &[u8]) -> Option<JobHistory> {
+    let (delay, counters) = bytes.split_first_chunk::<8>()?;
+    if counters.len() != HISTORY_LEN - 8 {
+        return None;
+    }
+    let mut words = counters
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
+    Some(JobHistory::from_counters(
+        u64::from_le_bytes(*delay),
+        std::array::from_fn(|_| words.next().unwrap_or(0)),
+    ))
+}
 
 /// The history a record in layout 1 or 2 stands for: no counters, and the delay its put
 /// gave (`until − created` for a delayed job).
@@ -192,11 +216,7 @@ pub(crate) fn encode_into(r: &JobRecord, v: &mut Vec<u8>) {
     v.push(tube_len);
     v.extend_from_slice(tube.as_bytes());
     if layout == RECORD_LAYOUT {
-        let h = &r.history;
-        v.extend_from_slice(&h.delay.to_le_bytes());
-        for n in [h.reserves, h.timeouts, h.releases, h.buries, h.kicks] {
-            v.extend_from_slice(&n.to_le_bytes());
-        }
+        encode_history(&r.history, v);
     }
     if layout != LAYOUT_V1 {
         let key = key.unwrap_or("");
@@ -244,23 +264,10 @@ pub(crate) fn decode(id: JobId, v: &[u8]) -> Result<JobRecord, String> {
     let created = u64_at(22);
     let (history, key_at) = if layout == RECORD_LAYOUT {
         let end = tube_end + HISTORY_LEN;
-        if v.len() < end {
-            return Err(format!("job {id}: record ends before its history"));
-        }
-        let u32_at = |at: usize| {
-            let mut b = [0u8; 4];
-            b.copy_from_slice(&v[at..at + 4]);
-            u32::from_le_bytes(b)
-        };
-        let c = tube_end + 8;
-        let history = JobHistory {
-            delay: u64_at(tube_end),
-            reserves: u32_at(c),
-            timeouts: u32_at(c + 4),
-            releases: u32_at(c + 8),
-            buries: u32_at(c + 12),
-            kicks: u32_at(c + 16),
-        };
+        let history = v
+            .get(tube_end..end)
+            .and_then(decode_history)
+            .ok_or_else(|| format!("job {id}: record ends before its history"))?;
         (history, end)
     } else {
         (implied_history(state, created), tube_end)
@@ -398,16 +405,7 @@ mod tests {
                 .prop_map(
                     |(id, tube, priority, ttr, state, created, body, key, history)| {
                         let history = match history {
-                            Some((delay, [reserves, timeouts, releases, buries, kicks])) => {
-                                JobHistory {
-                                    delay,
-                                    reserves,
-                                    timeouts,
-                                    releases,
-                                    buries,
-                                    kicks,
-                                }
-                            }
+                            Some((delay, counters)) => JobHistory::from_counters(delay, counters),
                             None => implied_history(state, created),
                         };
                         JobRecord {

@@ -16,7 +16,7 @@
 
 use tickwheel_queue::{Change, DurableState, JobHistory};
 
-use crate::record::{decode, encode_into};
+use crate::record::{decode, decode_history, encode_history, encode_into, HISTORY_LEN};
 
 const PUT: u8 = 1;
 /// An update from a log written before histories were stored.
@@ -70,16 +70,7 @@ pub(crate) fn encode_changes_into(
                 v.push(tag);
                 v.extend_from_slice(&until.to_le_bytes());
                 v.extend_from_slice(&priority.to_le_bytes());
-                v.extend_from_slice(&history.delay.to_le_bytes());
-                for n in [
-                    history.reserves,
-                    history.timeouts,
-                    history.releases,
-                    history.buries,
-                    history.kicks,
-                ] {
-                    v.extend_from_slice(&n.to_le_bytes());
-                }
+                encode_history(history, v);
             }
             Change::Delete { id } => {
                 v.push(DELETE);
@@ -155,14 +146,7 @@ pub fn decode_changes(bytes: &[u8]) -> Result<Vec<Change>, String> {
                     t => return Err(format!("update of job {id}: unknown state tag {t}")),
                 };
                 let history = if tag == UPDATE {
-                    JobHistory {
-                        delay: r.u64()?,
-                        reserves: r.u32()?,
-                        timeouts: r.u32()?,
-                        releases: r.u32()?,
-                        buries: r.u32()?,
-                        kicks: r.u32()?,
-                    }
+                    decode_history(r.take(HISTORY_LEN)?).unwrap_or_default()
                 } else {
                     JobHistory::default()
                 };

@@ -33,16 +33,8 @@ fn state_strategy() -> impl Strategy<Value = DurableState> {
 fn history_strategy() -> impl Strategy<Value = JobHistory> {
     prop_oneof![
         Just(JobHistory::default()),
-        (0u64..100_000, proptest::array::uniform5(0u32..4)).prop_map(
-            |(delay, [reserves, timeouts, releases, buries, kicks])| JobHistory {
-                delay,
-                reserves,
-                timeouts,
-                releases,
-                buries,
-                kicks,
-            }
-        ),
+        (0u64..100_000, proptest::array::uniform5(0u32..4))
+            .prop_map(|(delay, counters)| JobHistory::from_counters(delay, counters)),
     ]
 }
 
