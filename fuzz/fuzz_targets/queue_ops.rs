@@ -3,13 +3,14 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tickwheel_testkit::{decode_queue_ops, run_queue_ops_with};
+use tickwheel_testkit::{decode_queue_ops, queue_config_for_input, run_queue_ops_config};
 
 fuzz_target!(|data: &[u8]| {
-    // An odd first byte runs the engine with a 2.5 s memory window (far jobs in the store).
-    let window = (data.first().is_some_and(|b| b & 1 == 1)).then_some(2_500);
+    // The first byte picks the engine's configuration: bit 0 a 2.5 s memory window (far jobs
+    // in the store), bit 1 a written `reserve-job`.
+    let config = queue_config_for_input(data);
     let ops = decode_queue_ops(data);
-    if let Err(report) = run_queue_ops_with(&ops, window) {
+    if let Err(report) = run_queue_ops_config(&ops, config) {
         panic!("engine broke a rule:\n{report}");
     }
 });

@@ -17,6 +17,7 @@ fn config() -> Config {
     Config {
         max_job_size: 1024,
         window: Some(WINDOW),
+        ..Config::default()
     }
 }
 
@@ -288,7 +289,7 @@ fn a_key_is_per_tube_and_a_too_big_body_is_refused_before_the_key() {
     let mut small = Engine::new(
         Config {
             max_job_size: 1,
-            window: None,
+            ..Config::default()
         },
         0,
     );

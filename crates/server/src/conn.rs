@@ -381,7 +381,7 @@ async fn wait_for_job<R: AsyncRead + Unpin>(
 /// Runs one command on the engine (under its lock) and returns the reply and the ticket it
 /// waits for.
 fn execute(shared: &Shared, client: ClientId, command: Command) -> (Ticket, Outcome) {
-    if let Some(bytes) = write_bytes(&command) {
+    if let Some(bytes) = write_bytes(&command, shared.write_reserve_job) {
         if let Err(refused) = shared.admit(bytes) {
             // beanstalkd answers a put its full disk cannot hold with OUT_OF_MEMORY.
             let reply = match (refused, &command) {
@@ -525,12 +525,14 @@ fn run(
 /// takes that much ([`Shared::writable`]) before the command may touch the engine.
 ///
 /// Durable: `put` (the job, and now and then a block of ids), `delete`, `release`, `bury`,
-/// `kick`, `kick-job`, and `reserve-job` (of a delayed or buried job: it becomes ready; it is
-/// checked whatever the job's state, as the state is known only under the engine lock). Not
-/// durable: `reserve` (a reservation is stored as ready, a lease dies with the server), `touch`
-/// and `pause-tube` (leases and pauses are not stored), and every read. An update rewrites the
-/// job's record with its body, which the estimate does not know; the reserve covers that.
-fn write_bytes(command: &Command) -> Option<u64> {
+/// `kick`, `kick-job`, and, where the engine writes it (`write_reserve_job`, nodes serving
+/// side by side), `reserve-job` (of a delayed or buried job: it becomes ready; it is checked
+/// whatever the job's state, as the state is known only under the engine lock). Not durable:
+/// `reserve` and otherwise `reserve-job` (a reservation is not stored, a lease dies with the
+/// server), `touch` and `pause-tube` (leases and pauses are not stored), and every read. An
+/// update rewrites the job's record with its body, which the estimate does not know; the
+/// reserve covers that.
+fn write_bytes(command: &Command, write_reserve_job: bool) -> Option<u64> {
     /// Keys, index entries and framing of one change, rounded up (as the store's estimate).
     const SMALL: u64 = 256;
     match command {
@@ -539,8 +541,8 @@ fn write_bytes(command: &Command) -> Option<u64> {
         | Command::Release { .. }
         | Command::Bury { .. }
         | Command::Kick(_)
-        | Command::KickJob(_)
-        | Command::ReserveJob(_) => Some(SMALL),
+        | Command::KickJob(_) => Some(SMALL),
+        Command::ReserveJob(_) => write_reserve_job.then_some(SMALL),
         Command::Use(_)
         | Command::Reserve
         | Command::ReserveWithTimeout(_)
@@ -683,8 +685,9 @@ mod tests {
     }
 
     /// Below the reserve, every command that would change the store is refused (a put with
-    /// `OUT_OF_MEMORY`, the others with `INTERNAL_ERROR`) and changes nothing (engine or store); reads, `reserve` and `touch` work; once space
-    /// returns, writes work again.
+    /// `OUT_OF_MEMORY`, the others with `INTERNAL_ERROR`) and changes nothing (engine or
+    /// store); reads, `reserve`, `reserve-job` and `touch` work; once space returns, writes work
+    /// again.
     #[test]
     fn below_the_reserve_writes_are_refused_before_the_engine_and_reads_work() {
         let gate = Arc::new(Gate::default());
@@ -725,7 +728,6 @@ mod tests {
             "bury 1 0\r\n",
             "kick 1\r\n",
             "kick-job 3\r\n",
-            "reserve-job 3\r\n",
         ] {
             assert_eq!(
                 reply(&shared, client, line),
@@ -746,9 +748,23 @@ mod tests {
         assert!(reply(&shared, client, "peek 2\r\n").starts_with("FOUND 2 3\r\ntwo"));
         assert!(reply(&shared, client, "stats-job 1\r\n").contains("state: reserved"));
         assert!(reply(&shared, client, "peek-delayed\r\n").starts_with("FOUND 3 5"));
+        // A reserve-job writes nothing (as in beanstalkd, whose full disk does not refuse it).
+        let other = shared.next_client_id();
+        shared.apply(|engine| engine.connect(other));
+        assert!(reply(&shared, other, "reserve-job 3\r\n").starts_with("RESERVED 3 5"));
+        assert_eq!(
+            shared.batches_submitted(),
+            batches,
+            "reserve-job wrote nothing"
+        );
+        assert_eq!(
+            reply(&shared, other, "release 3 0 100\r\n"),
+            "INTERNAL_ERROR\r\n"
+        );
         // Space returns: the same commands work, no restart.
         gate.full.store(false, Ordering::Relaxed);
         assert_eq!(reply(&shared, client, "delete 1\r\n"), "DELETED\r\n");
+        assert_eq!(reply(&shared, other, "release 3 0 100\r\n"), "RELEASED\r\n");
         assert_eq!(reply(&shared, client, "kick-job 3\r\n"), "KICKED\r\n");
         assert!(reply(&shared, client, "put 0 0 60 4\r\nfour\r\n").starts_with("INSERTED 4"));
         assert!(shared.batches_submitted() > batches);
@@ -876,10 +892,22 @@ mod tests {
     /// Every command that makes a durable change is one the server checks with the store
     /// first (`write_bytes` is `Some`), so a full disk can refuse it before the engine runs.
     /// Each command below succeeds, so the ones that can change something do.
+    /// With and without `write_reserve_job`: a `reserve-job` of a delayed job is checked first
+    /// where it is written, and writes nothing (as beanstalkd) where it is not.
     #[test]
     fn every_command_that_changes_the_store_is_checked_first() {
+        for write_reserve_job in [false, true] {
+            changes_are_checked_first(write_reserve_job);
+        }
+    }
+
+    fn changes_are_checked_first(write_reserve_job: bool) {
+        let config = tickwheel_queue::Config {
+            write_reserve_job,
+            ..tickwheel_queue::Config::default()
+        };
         let shared = Shared::new(
-            Engine::new(tickwheel_queue::Config::default(), 0),
+            Engine::new(config, 0),
             Arc::new(MemStore::new()),
             Arc::new(tickwheel::SystemClock),
             false,
@@ -935,26 +963,18 @@ mod tests {
             );
             if shared.batches_submitted() > before {
                 assert!(
-                    write_bytes(&cmd).is_some(),
+                    write_bytes(&cmd, write_reserve_job).is_some(),
                     "{line:?} changed the store without being checked first"
                 );
                 changed.push(line.split(' ').next().unwrap_or_default());
             }
         }
         // The observation works: these are the commands that changed the store.
-        assert_eq!(
-            changed,
-            [
-                "put",
-                "put",
-                "release",
-                "bury",
-                "kick",
-                "reserve-job",
-                "release",
-                "kick-job",
-                "delete"
-            ]
-        );
+        let mut expected = vec!["put", "put", "release", "bury", "kick"];
+        if write_reserve_job {
+            expected.push("reserve-job");
+        }
+        expected.extend(["release", "kick-job", "delete"]);
+        assert_eq!(changed, expected, "write_reserve_job: {write_reserve_job}");
     }
 }

@@ -76,6 +76,9 @@ pub(crate) struct Shared {
     binlog_records: AtomicU64,
     /// The store keeps nothing (`inline_commits`): no records are counted.
     in_memory: bool,
+    /// The engine writes a `reserve-job` of a delayed or buried job
+    /// ([`tickwheel_queue::Config::write_reserve_job`]), so it is checked with the store first.
+    pub(crate) write_reserve_job: bool,
     /// Largest clock reading handed to the engine (the engine's clock never runs backwards).
     latest: AtomicU64,
     /// Set once the first failed commit has been logged (the store refuses every write after
@@ -182,6 +185,7 @@ impl Shared {
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
+        let write_reserve_job = engine.config().write_reserve_job;
         Ok(Shared {
             engine: Mutex::new(engine),
             // A committer thread rather than leading waiters: see ADR 0005 (the fsync from
@@ -209,6 +213,7 @@ impl Shared {
             binlog_max_size: crate::DEFAULT_BINLOG_MAX_SIZE,
             binlog_records: AtomicU64::new(0),
             in_memory: inline_commits,
+            write_reserve_job,
             latest: AtomicU64::new(0),
             failure_logged: AtomicBool::new(false),
             low_space: AtomicBool::new(false),

@@ -8,5 +8,8 @@ mod queue_model;
 mod wheel_model;
 
 pub use proto_check::check_decoder;
-pub use queue_model::{decode_queue_ops, run_queue_ops, run_queue_ops_with, QueueOp};
+pub use queue_model::{
+    decode_queue_ops, queue_config_for_input, run_queue_ops, run_queue_ops_config,
+    run_queue_ops_with, QueueOp,
+};
 pub use wheel_model::{decode_wheel_ops, run_wheel_ops, WheelOp};

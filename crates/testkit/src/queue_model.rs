@@ -13,7 +13,9 @@
 //! - every answer (`NOT_FOUND` or success) is the one the rules give;
 //! - no waiting client is left waiting while a job is available to it;
 //! - durability: after a restart from the persisted changes, every job is back in its
-//!   durable state (reserved jobs ready, overdue delayed jobs ready);
+//!   durable state (reserved jobs ready, overdue delayed jobs ready); a `reserve-job` of a
+//!   delayed or buried job writes nothing unless [`Config::write_reserve_job`] is set, so the
+//!   job comes back as its last write left it (as beanstalkd's);
 //! - `stats-job`'s delay and counters (reserves, releases, buries, kicks) are the shadow's,
 //!   the persisted record holds them as of the job's last durable change, and a restart
 //!   brings those back, with one more bury for a buried job as beanstalkd's replay counts
@@ -92,6 +94,9 @@ struct SJob {
     hist: JobHistory,
     /// The same as of its last durable change.
     stored: JobHistory,
+    /// The state its last durable change left, when that is no longer the live one: a
+    /// `reserve-job` of a delayed or buried job that wrote nothing.
+    kept: Option<S>,
 }
 
 impl SJob {
@@ -104,15 +109,29 @@ impl SJob {
     /// A change that the engine persists: the history goes with it.
     fn store(&mut self) {
         self.stored = self.hist;
+        self.kept = None;
     }
 
     /// The state at time `t` (delays and reservations run out on their own).
     fn at(&self, t: u64) -> S {
-        match self.state {
-            S::Delayed { until } if until <= t => S::Ready,
-            S::Reserved { deadline, .. } if deadline < t => S::Ready,
+        settled(self.state, t)
+    }
+
+    /// The state a restart at `t` would find in the store.
+    fn durable_at(&self, t: u64) -> S {
+        match self.kept.map_or(self.at(t), |kept| settled(kept, t)) {
+            S::Reserved { .. } => S::Ready,
             s => s,
         }
+    }
+}
+
+/// State `s` at time `t`: a delay or a reservation that has run out is ready.
+fn settled(s: S, t: u64) -> S {
+    match s {
+        S::Delayed { until } if until <= t => S::Ready,
+        S::Reserved { deadline, .. } if deadline < t => S::Ready,
+        s => s,
     }
 }
 
@@ -160,10 +179,34 @@ pub fn run_queue_ops(ops: &[QueueOp]) -> Result<(), String> {
 ///
 /// A description of the first violation, with the operations before it.
 pub fn run_queue_ops_with(ops: &[QueueOp], window: Option<u64>) -> Result<(), String> {
-    let config = Config {
-        window,
+    run_queue_ops_config(
+        ops,
+        Config {
+            window,
+            ..Config::default()
+        },
+    )
+}
+
+/// The engine configuration a fuzz input asks for with its first byte: bit 0 a 2.5 s memory
+/// window, bit 1 [`Config::write_reserve_job`] (the fuzz target and its checked-in seeds).
+#[must_use]
+pub fn queue_config_for_input(bytes: &[u8]) -> Config {
+    let first = bytes.first().copied().unwrap_or(0);
+    Config {
+        window: (first & 1 == 1).then_some(2_500),
+        write_reserve_job: first & 2 == 2,
         ..Config::default()
-    };
+    }
+}
+
+/// Like [`run_queue_ops`], with the engine made with `config` (its memory window, whether a
+/// `reserve-job` is written).
+///
+/// # Errors
+///
+/// A description of the first violation, with the operations before it.
+pub fn run_queue_ops_config(ops: &[QueueOp], config: Config) -> Result<(), String> {
     let mut r = Runner {
         engine: Engine::new(config.clone(), 0),
         config,
@@ -325,6 +368,7 @@ impl Runner {
                     len: usize::from(len),
                     hist,
                     stored: hist,
+                    kept: None,
                 };
                 self.jobs.insert(id, job);
                 self.events()?;
@@ -377,7 +421,11 @@ impl Runner {
                 if let Ok(view) = got {
                     let job = self.jobs.get_mut(&id).expect("reserved");
                     if matches!(job.at(t), S::Delayed { .. } | S::Buried { .. }) {
-                        job.store(); // made ready durably, before the reserve
+                        if self.config.write_reserve_job {
+                            job.store(); // made ready durably, before the reserve
+                        } else {
+                            job.kept = Some(job.state); // nothing written
+                        }
                     }
                     self.hand_out(c, id, view.body.len())?;
                 }
@@ -611,10 +659,8 @@ impl Runner {
                 self.clients.clear();
                 self.paused = [0; 3];
                 for job in self.jobs.values_mut() {
-                    job.state = match job.at(t) {
-                        S::Reserved { .. } => S::Ready,
-                        s => s,
-                    };
+                    job.state = job.durable_at(t);
+                    job.kept = None;
                     job.hist = job.stored;
                     if matches!(job.state, S::Buried { .. }) {
                         job.hist.buries += 1; // beanstalkd's replay buries it again
@@ -898,9 +944,8 @@ impl Runner {
                 DurableState::Delayed { until } if until <= t => DurableState::Ready,
                 s => s,
             };
-            let durable_ok = match (job.at(t), recovered) {
-                (S::Ready | S::Reserved { .. }, DurableState::Ready)
-                | (S::Buried { .. }, DurableState::Buried) => true,
+            let durable_ok = match (job.durable_at(t), recovered) {
+                (S::Ready, DurableState::Ready) | (S::Buried { .. }, DurableState::Buried) => true,
                 (S::Delayed { until }, DurableState::Delayed { until: u }) => until == u,
                 _ => false,
             };

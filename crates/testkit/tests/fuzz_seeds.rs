@@ -6,7 +6,8 @@ use std::fs;
 use std::path::PathBuf;
 
 use tickwheel_testkit::{
-    check_decoder, decode_queue_ops, decode_wheel_ops, run_queue_ops_with, run_wheel_ops,
+    check_decoder, decode_queue_ops, decode_wheel_ops, queue_config_for_input,
+    run_queue_ops_config, run_wheel_ops,
 };
 
 fn seeds(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
@@ -50,8 +51,8 @@ fn fuzz_seeds_queue_ops() {
         seeds.len()
     );
     for (path, bytes) in seeds {
-        let window = (bytes.first().is_some_and(|b| b & 1 == 1)).then_some(2_500);
-        if let Err(report) = run_queue_ops_with(&decode_queue_ops(&bytes), window) {
+        let config = queue_config_for_input(&bytes);
+        if let Err(report) = run_queue_ops_config(&decode_queue_ops(&bytes), config) {
             panic!("seed {} fails:\n{report}", path.display());
         }
     }

@@ -2,7 +2,8 @@
 //! durable changes restore every job (see `tickwheel_testkit::run_queue_ops`).
 
 use proptest::prelude::*;
-use tickwheel_testkit::{run_queue_ops, run_queue_ops_with, QueueOp};
+use tickwheel_queue::Config;
+use tickwheel_testkit::{run_queue_ops, run_queue_ops_config, run_queue_ops_with, QueueOp};
 
 fn op_strategy() -> impl Strategy<Value = QueueOp> {
     let c = 0u8..4;
@@ -48,5 +49,13 @@ proptest! {
     #[test]
     fn engine_with_a_memory_window_obeys_the_rules(ops in prop::collection::vec(op_strategy(), 0..150)) {
         run_queue_ops_with(&ops, Some(2_500)).map_err(TestCaseError::fail)?;
+    }
+
+    /// As nodes serving side by side run it: a `reserve-job` of a delayed or buried job is
+    /// written (the job stored ready), with the memory window.
+    #[test]
+    fn engine_writing_reserve_job_obeys_the_rules(ops in prop::collection::vec(op_strategy(), 0..150)) {
+        let config = Config { window: Some(2_500), write_reserve_job: true, ..Config::default() };
+        run_queue_ops_config(&ops, config).map_err(TestCaseError::fail)?;
     }
 }

@@ -41,6 +41,13 @@ pub struct Config {
     /// live only in the store and are loaded as their time approaches (see
     /// [`Engine::window_load`]). `None` (the default) keeps every job in memory.
     pub window: Option<Millis>,
+    /// Whether a `reserve-job` of a delayed or buried job writes the job as ready
+    /// ([`Change::Update`]) before the reserve. `false` (the default) is beanstalkd's way: a
+    /// reservation is not stored, so after a crash the job comes back as its last write left it
+    /// (delayed until its old time, or buried). `true` for a store shared by nodes that claim
+    /// jobs in it (PostgreSQL, several nodes serving at once), where the claim of a reserve
+    /// takes only a job the store holds ready.
+    pub write_reserve_job: bool,
 }
 
 impl Default for Config {
@@ -48,6 +55,7 @@ impl Default for Config {
         Config {
             max_job_size: 65_535,
             window: None,
+            write_reserve_job: false,
         }
     }
 }
@@ -164,6 +172,9 @@ pub struct Engine {
     tubes: Vec<Option<Tube>>,
     tube_ids: HashMap<TubeName, TubeId>,
     free_tubes: Vec<TubeId>,
+    /// The existing tubes in `list-tubes` order, kept as beanstalkd keeps its tube list: a
+    /// new tube goes last, and a dropped tube's place is taken by the last one.
+    tube_order: Vec<TubeId>,
     /// Keyed by server-made ids: FxHash, not SipHash (no attacker picks the keys).
     clients: FxHashMap<ClientId, Client>,
     next_id: JobId,
@@ -205,6 +216,7 @@ impl Engine {
             tubes: Vec::new(),
             tube_ids: HashMap::new(),
             free_tubes: Vec::new(),
+            tube_order: Vec::new(),
             clients: FxHashMap::default(),
             next_id: 1,
             ids_end: 1,
@@ -360,6 +372,12 @@ impl Engine {
     /// Replies owed to waiting clients, in the order they happened.
     pub fn take_events(&mut self) -> Vec<Event> {
         mem::take(&mut self.events)
+    }
+
+    /// The configuration the engine was made with.
+    #[must_use]
+    pub fn config(&self) -> &Config {
+        &self.config
     }
 
     /// The durable changes made since the last call, in order. A server persists them (one

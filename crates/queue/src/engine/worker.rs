@@ -43,6 +43,11 @@ impl Engine {
 
     /// `reserve-job <id>`: reserves a job that is ready, delayed or buried.
     ///
+    /// Like any reserve it records no [`Change`](crate::Change), as beanstalkd writes nothing:
+    /// the store keeps a delayed or buried job as it was, and a restart brings it back so. With
+    /// [`Config::write_reserve_job`](crate::Config::write_reserve_job) a delayed or buried job
+    /// is first recorded as ready.
+    ///
     /// # Errors
     ///
     /// [`Error::NotFound`] if there is no such job or it is reserved; [`Error::NeedsLoad`] if
@@ -56,16 +61,19 @@ impl Engine {
         self.advance(now);
         self.require_job(id)?;
         self.cmd.reserve_job += 1;
-        match self.clients.get_mut(&client) {
-            Some(c) => c.worker = true,
-            None => return Err(Error::NotFound),
-        }
         let job = self.jobs.get(&id).ok_or(Error::NotFound)?;
         if job.state == JobState::Reserved {
             return Err(Error::NotFound);
         }
-        if job.state != JobState::Ready {
-            // Reserved jobs are stored as ready: a crash returns the job to ready.
+        // Only a reserve-job that reserves makes the client a worker, as in beanstalkd.
+        match self.clients.get_mut(&client) {
+            Some(c) => c.worker = true,
+            None => return Err(Error::NotFound),
+        }
+        let job = &self.jobs[&id];
+        if job.state != JobState::Ready && self.config.write_reserve_job {
+            // Stored ready for the claim (see `Config::write_reserve_job`); otherwise nothing is
+            // written, as for any reserve, and the store keeps the job delayed or buried.
             self.changes.push(Change::Update {
                 id,
                 state: DurableState::Ready,
