@@ -374,6 +374,22 @@ SCENARIOS = {
     "expected-crlf-counts-a-put": [B(b"put 0 0 1 3\r\nabcXY\r\n", n=2), S("stats")],
     "kick-job-is-not-cmd-kick": [put("x"), S("kick-job 1"), S("kick-job 2"), S("stats")],
     "reserve-job-makes-a-worker": [put("x"), S("reserve-job 1"), S("stats")],
+    # Found by test_differential_random.py: only a reserve-job that reserves makes a worker.
+    "reserve-job-not-found-makes-no-worker": [
+        put("x"), S("reserve-job 1"), S("reserve-job 1", c=1), S("reserve-job 99", c=2),
+        S("stats"),
+    ],
+    # beanstalkd keeps its tube list and each watch list as arrays that fill a removed
+    # entry's place with the last one: list-tubes and list-tubes-watched show that order.
+    "list-tubes-order-after-a-tube-goes": [
+        S("use a"), S("watch b", c=1), S("watch c", c=2), S("watch d", c=2), S("list-tubes"),
+        S("use default"), S("list-tubes"), S("ignore c", c=2), S("list-tubes"),
+        S("use e"), S("list-tubes"),
+    ],
+    "list-tubes-watched-order-after-ignore": [
+        S("watch a"), S("watch b"), S("watch c"), S("ignore default"), S("list-tubes-watched"),
+        S("ignore b"), S("list-tubes-watched"), S("watch d"), S("list-tubes-watched"),
+    ],
     "paused-tube-is-dropped-when-unused": [
         S("use foo", c=1), S("pause-tube foo 10"), X(1), W(0.1), S("list-tubes"),
         S("stats-tube foo"),
@@ -448,8 +464,21 @@ SCENARIOS["job-counters-across-a-restart"] = [
     RESTART(), S("stats-job 1"), S("stats-job 2"), S("stats-job 3"), S("stats-job 4"),
     RESTART(), S("stats-job 4"),
 ]
+# A reserve-job writes nothing in beanstalkd (a reservation is never written): a delayed or
+# buried job it took comes back from a restart as its last write left it. Job 1 delayed (far),
+# job 2 buried (one more bury, by the replay), job 3 delayed with its time passed meanwhile
+# (ready), job 4 a reserve-job'd buried job whose TTR ran out before the restart (buried).
+SCENARIOS["reserve-job-across-a-restart"] = [
+    put("far", pri=1, delay=100), put("buried", pri=2), S("reserve"), S("bury 2 2"),
+    put("soon", pri=3, delay=1), put("short", pri=4, ttr=1), S("reserve"), S("bury 4 4"),
+    S("reserve-job 1"), S("reserve-job 2"), S("reserve-job 3"), S("reserve-job 4"),
+    S("stats-job 1"), S("stats-job 2"), S("stats-job 3"), W(1.5), WAKE, S("stats-job 4"),
+    S("stats-tube default"),
+    RESTART(), S("stats-job 1"), S("stats-job 2"), S("stats-job 3"), S("stats-job 4"),
+    S("stats-tube default"), S("peek-buried"), S("kick 1"), S("reserve-with-timeout 0"),
+]
 RESTART_SCENARIOS = {"time-fields-across-a-restart", "total-jobs-after-a-restart",
-                     "job-counters-across-a-restart"}
+                     "job-counters-across-a-restart", "reserve-job-across-a-restart"}
 SCENARIOS.update(TIME_SCENARIOS)
 
 # Scenario name -> stats fields compared in no reply of it (a documented difference in one
@@ -462,6 +491,10 @@ MASKED_FIELDS = {
         "Intentional)",
     ),
     "job-counters-across-a-restart": (
+        {"file"},
+        "`file` as above",
+    ),
+    "reserve-job-across-a-restart": (
         {"file"},
         "`file` as above",
     ),

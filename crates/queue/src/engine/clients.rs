@@ -113,7 +113,9 @@ impl Engine {
         if c.watched.len() == 1 {
             return Err(Error::NotIgnored);
         }
-        let tube = c.watched.remove(pos);
+        // As beanstalkd's watch list: the last watched tube takes the ignored one's place
+        // (`list-tubes-watched` shows that order).
+        let tube = c.watched.swap_remove(pos);
         let count = c.watched.len();
         let waiting = c.waiting;
         let t = self.tube_mut(tube);

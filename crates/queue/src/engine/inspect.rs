@@ -146,13 +146,13 @@ impl Engine {
         })
     }
 
-    /// `list-tubes`: every existing tube, in creation-slot order.
+    /// `list-tubes`: every existing tube, in beanstalkd's order (creation order, except that
+    /// a dropped tube's place goes to the tube then last).
     #[must_use]
     pub fn tube_names(&self) -> Vec<TubeName> {
-        self.tubes
+        self.tube_order
             .iter()
-            .flatten()
-            .map(|t| t.name.clone())
+            .map(|&t| self.tube(t).name.clone())
             .collect()
     }
 

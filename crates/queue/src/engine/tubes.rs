@@ -20,6 +20,7 @@ impl Engine {
             }
         };
         self.tube_ids.insert(name.clone(), id);
+        self.tube_order.push(id);
         id
     }
 
@@ -37,6 +38,9 @@ impl Engine {
             self.tube_ids.remove(&name);
             self.tubes[tube as usize] = None;
             self.free_tubes.push(tube);
+            if let Some(at) = self.tube_order.iter().position(|&t| t == tube) {
+                self.tube_order.swap_remove(at);
+            }
         }
     }
 
