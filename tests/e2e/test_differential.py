@@ -37,6 +37,11 @@ TIMED_FIELDS = {"age", "time-left", "pause-time-left", "uptime"}
 # "Differences from beanstalkd"). A listed scenario must still differ (else the entry is
 # stale and the test fails); each isolates one difference so the rest stays compared.
 ALLOWED_DIFFERENCES = {
+    "lone-cr-in-a-command-line":
+        "beanstalkd ends a command line only at its first CR, and only if LF follows it: after a "
+        "lone CR it waits for more input (until its 224-byte buffer is full, then answers "
+        "BAD_FORMAT and drops those bytes, later commands included); tickwheel reads the line "
+        "to its CRLF and answers it",
     "crlf-straddling-the-line-buffer":
         "beanstalkd misses a CRLF split across its 224-byte line buffer and swallows the "
         "next command; tickwheel answers BAD_FORMAT at once and keeps the next command",
@@ -364,6 +369,45 @@ SCENARIOS = {
         put("x"), S(line_of(225, "peek "), n=0), W(0.1), S("list-tube-used", n=1),
         S("list-tube-used"),
     ],
+    "lone-cr-in-a-command-line": [
+        # beanstalkd answers nothing here (it waits for more input); tickwheel answers both.
+        put("x"), B(b"peek 1\rx\r\nlist-tube-used\r\n", n=2),
+    ],
+    # Found by test_differential_random.py: a NUL byte makes any line BAD_FORMAT, checked
+    # before the command (a `quit` with one does not close; a `put` with one is a bad put whose
+    # body is read as a command).
+    "nul-in-a-command-line": [
+        B(b"\x00\r\n"), B(b"peek\x001\r\n"), B(b"quit\x00x\r\n"),
+        B(b"put 0 0 1 1\x00\r\nx\r\n", n=2), B(b"use a\x00\r\n"), S("list-tube-used"),
+    ],
+    # Found by test_differential_random.py (the random command lines), each observed on
+    # beanstalkd 1.12: a put line read whole counts in cmd-put even when its job is refused
+    # (too big, or garbage after the length, which is judged after the size); a length beyond
+    # 32 bits is BAD_FORMAT; kick's bound is read as strtoul reads it (white space, a sign,
+    # the rest ignored) and kept in 32 bits; reserve-with-timeout's as strtol (kept in 32 bits,
+    # out of range BAD_FORMAT); pause-tube reads its name right after the verb.
+    "failed-puts-count": [
+        B(b"put 0 0 1 %d\r\n%s\r\n" % (MAX_JOB + 1, b"b" * (MAX_JOB + 1))),
+        B(b"put 0 0 1 %dx\r\n%s\r\n" % (MAX_JOB + 1, b"b" * (MAX_JOB + 1))),
+        B(b"put 0 0 1 5x\r\nhello\r\n", n=2), B(b"put 0 0 1 4294967296\r\nx\r\n", n=2),
+        S("stats", c=1),
+    ],
+    "kick-bound-as-strtoul": [
+        put("a"), put("b"), put("c"), S("reserve"), S("bury 1 0"), S("reserve"), S("bury 2 0"),
+        S("reserve"), S("bury 3 0"), S("kick 0x1"), S("kick 4294967296"), S("kick \t1"),
+        S("kick 4294967297 x"), S("kick +1"), S("kick -"), S("kick 18446744073709551616"),
+        S("stats-tube default"),
+    ],
+    "reserve-timeout-in-32-bits": [
+        S("reserve-with-timeout 4294967296"), S("reserve-with-timeout \t0"),
+        S("reserve-with-timeout 0 x"), S("reserve-with-timeout 9223372036854775808"),
+        S("reserve-with-timeout -9223372036854775809"),
+    ],
+    "pause-tube-name-right-after-the-verb": [
+        S("use foo"), S("pause-tubefoo 0"), S("pause-tube   foo  0"), S("pause-tube"),
+        S("pause-tubex"), S("pause-tube -a 5"), S("pause-tube a*b 5"), S("stats-tube foo"),
+        S("pause-tube " + T201 + " 5"), S("stats"),
+    ],
     # Each of these isolates one difference (see KNOWN_DIFFERENCES).
     "quit-prefix": [S("quitx", n=1), S("quit now", c=1, n=1)],
     "kick-negative": [put("x"), S("kick -1"), S("kick -4294967297")],
@@ -372,6 +416,14 @@ SCENARIOS = {
         S("reserve-with-timeout 1x"), S("stats"),
     ],
     "expected-crlf-counts-a-put": [B(b"put 0 0 1 3\r\nabcXY\r\n", n=2), S("stats")],
+    # Found by test_differential_random.py: a put whose body came without its CRLF uses up a
+    # job id (beanstalkd makes the job before reading the body); a too big or malformed one
+    # does not.
+    "expected-crlf-uses-up-an-id": [
+        B(b"put 0 0 1 1\r\nxYZ"), put("a"),
+        B(b"put 0 0 1 %d\r\n%s\r\n" % (MAX_JOB + 1, b"b" * (MAX_JOB + 1))), put("b"),
+        B(b"put 0 0 1 1x\r\nx\r\n", n=2), put("c"),
+    ],
     "kick-job-is-not-cmd-kick": [put("x"), S("kick-job 1"), S("kick-job 2"), S("stats")],
     "reserve-job-makes-a-worker": [put("x"), S("reserve-job 1"), S("stats")],
     # Found by test_differential_random.py: only a reserve-job that reserves makes a worker.

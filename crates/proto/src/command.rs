@@ -58,6 +58,9 @@ pub enum Command {
 pub(crate) enum LineError {
     BadFormat,
     UnknownCommand,
+    /// `BAD_FORMAT` for a `pause-tube` whose name beanstalkd reads but refuses (too long, or
+    /// starting with `-`): it counts the command first.
+    BadPauseTubeName,
 }
 
 /// The `put` line, before its body arrives.
@@ -67,6 +70,9 @@ pub(crate) struct PutHeader {
     pub(crate) delay: u32,
     pub(crate) ttr: u32,
     pub(crate) len: u64,
+    /// Something follows the length: `BAD_FORMAT`, but only once the length is known to be
+    /// within the maximum job size (beanstalkd answers `JOB_TOO_BIG` first).
+    pub(crate) trailing: bool,
 }
 
 /// What a command line is.
@@ -104,7 +110,9 @@ const VERBS: &[(&str, Verb)] = &[
     ("list-tube-used", Verb::ListTubeUsed),
     ("list-tubes", Verb::ListTubes),
     ("quit", Verb::Quit),
-    ("pause-tube ", Verb::PauseTube),
+    // No space: beanstalkd reads the name from right after the verb (`pause-tubefoo 5` pauses
+    // `foo`), skipping spaces first.
+    ("pause-tube", Verb::PauseTube),
 ];
 
 #[derive(Clone, Copy, Debug)]
@@ -138,6 +146,11 @@ enum Verb {
 
 /// Parses one command line (without its `\r\n`).
 pub(crate) fn parse_line(line: &[u8]) -> Result<Line, LineError> {
+    // beanstalkd checks a line for NUL bytes before it looks at the command (a `quit` or a
+    // `put` line with one is `BAD_FORMAT` too; the put's body is then read as a command).
+    if line.contains(&0) {
+        return Err(LineError::BadFormat);
+    }
     let Some(&(verb_text, verb)) = VERBS
         .iter()
         .find(|(text, _)| line.starts_with(text.as_bytes()))
@@ -151,14 +164,17 @@ pub(crate) fn parse_line(line: &[u8]) -> Result<Line, LineError> {
     let mut args = Args(&line[verb_text.len()..]);
     let command = match verb {
         Verb::Put => {
-            let header = PutHeader {
-                priority: args.u32()?,
-                delay: args.u32()?,
-                ttr: args.u32()?,
-                len: args.u64()?,
-            };
-            args.end()?;
-            return Ok(Line::Put(header));
+            let priority = args.u32()?;
+            let delay = args.u32()?;
+            let ttr = args.u32()?;
+            let len = u64::from(args.last_u32()?);
+            return Ok(Line::Put(PutHeader {
+                priority,
+                delay,
+                ttr,
+                len,
+                trailing: !args.0.is_empty(),
+            }));
         }
         Verb::PeekReady => Command::PeekReady,
         Verb::PeekDelayed => Command::PeekDelayed,
@@ -183,14 +199,22 @@ pub(crate) fn parse_line(line: &[u8]) -> Result<Line, LineError> {
             priority: args.u32()?,
         },
         Verb::KickJob => Command::KickJob(args.u64()?),
-        Verb::Kick => Command::Kick(args.wrapping_u64()?),
+        Verb::Kick => Command::Kick(u64::from(args.kick_bound()?)),
         Verb::Touch => Command::Touch(args.u64()?),
         Verb::StatsJob => Command::StatsJob(args.u64()?),
         Verb::StatsTube => Command::StatsTube(args.tube()?),
         Verb::Use => Command::Use(args.tube()?),
         Verb::Watch => Command::Watch(args.tube()?),
         Verb::Ignore => Command::Ignore(args.tube()?),
-        Verb::PauseTube => Command::PauseTube(args.tube()?, args.u32()?),
+        Verb::PauseTube => {
+            let name = args.pause_name()?;
+            let delay = args.u32()?;
+            args.end()?;
+            // The name's checks come after the delay's, as in beanstalkd.
+            let name = std::str::from_utf8(name).map_err(|_| LineError::BadFormat)?;
+            let tube = TubeName::new(name).map_err(|_| LineError::BadPauseTubeName)?;
+            Command::PauseTube(tube, delay)
+        }
     };
     args.end()?;
     Ok(Line::Command(command))
@@ -199,22 +223,23 @@ pub(crate) fn parse_line(line: &[u8]) -> Result<Line, LineError> {
 /// The arguments after a verb.
 struct Args<'a>(&'a [u8]);
 
+/// The value of a run of ASCII digits; `None` if there are none or it exceeds `u64`.
+fn decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |value, &b| {
+        value.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+    })
+}
+
 impl<'a> Args<'a> {
     /// An unsigned decimal: optional leading spaces, then at least one digit, then a space
     /// or the end of the line.
     fn u64(&mut self) -> Result<u64, LineError> {
         let rest = self.skip_spaces();
         let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-        if digits == 0 {
-            return Err(LineError::BadFormat);
-        }
-        let mut value: u64 = 0;
-        for &b in &rest[..digits] {
-            value = value
-                .checked_mul(10)
-                .and_then(|v| v.checked_add(u64::from(b - b'0')))
-                .ok_or(LineError::BadFormat)?;
-        }
+        let value = decimal(&rest[..digits]).ok_or(LineError::BadFormat)?;
         self.0 = &rest[digits..];
         self.separator()?;
         Ok(value)
@@ -224,39 +249,96 @@ impl<'a> Args<'a> {
         u32::try_from(self.u64()?).map_err(|_| LineError::BadFormat)
     }
 
-    /// `reserve-with-timeout`'s argument, read as beanstalkd reads it (C's `strtol`): a
-    /// negative number means no timeout, and anything that is not a number in range means 0.
-    fn timeout(&mut self) -> Result<Option<u32>, LineError> {
+    /// `put`'s length, read as beanstalkd reads it: a number as for [`u32`](Self::u32), but
+    /// what follows is left for the caller to judge.
+    fn last_u32(&mut self) -> Result<u32, LineError> {
         let rest = self.skip_spaces();
-        let (negative, digits_from) = match rest.first() {
+        let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+        let value = decimal(&rest[..digits]).ok_or(LineError::BadFormat)?;
+        self.0 = &rest[digits..];
+        u32::try_from(value).map_err(|_| LineError::BadFormat)
+    }
+
+    /// `reserve-with-timeout`'s argument, read as beanstalkd reads it: C's `strtol` (leading
+    /// white space, a sign, digits, the rest of the line ignored; no digits read as 0; out of
+    /// `long`'s range `BAD_FORMAT`), kept in an `int` (so its low 32 bits); a negative result
+    /// means no timeout.
+    fn timeout(&mut self) -> Result<Option<u32>, LineError> {
+        let (negative, magnitude) = self.c_number()?;
+        let value = match magnitude {
+            None => 0,
+            Some(m) if negative && m <= 1 << 63 => (m as i64).wrapping_neg(),
+            Some(m) if !negative && m < 1 << 63 => m as i64,
+            Some(_) => return Err(LineError::BadFormat), // ERANGE
+        };
+        // The low 32 bits, as the assignment to an `int` keeps them.
+        let timeout = value as i32;
+        Ok(u32::try_from(timeout).ok())
+    }
+
+    /// `kick`'s bound, read as beanstalkd reads it: C's `strtoul` (leading white space, a sign,
+    /// digits, the rest of the line ignored; a negative number wraps around; no digits or out
+    /// of range `BAD_FORMAT`), kept in an `unsigned int` (so its low 32 bits: `kick 4294967296`
+    /// kicks nothing).
+    fn kick_bound(&mut self) -> Result<u32, LineError> {
+        let (negative, magnitude) = self.c_number()?;
+        let magnitude = magnitude.ok_or(LineError::BadFormat)?;
+        let value = if negative {
+            magnitude.wrapping_neg()
+        } else {
+            magnitude
+        };
+        Ok(value as u32)
+    }
+
+    /// The rest of the line as C's `strtol`/`strtoul` read it in base 10: leading white space
+    /// (as `isspace`), an optional sign, then digits up to the first non-digit; everything
+    /// after is ignored. The sign, and the digits' value (`None` without digits).
+    ///
+    /// # Errors
+    ///
+    /// `BAD_FORMAT` if the digits do not fit in 64 bits (`ERANGE`).
+    fn c_number(&mut self) -> Result<(bool, Option<u64>), LineError> {
+        let rest = self.0;
+        let blank = rest
+            .iter()
+            .take_while(|b| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r'))
+            .count();
+        let rest = &rest[blank..];
+        let (negative, unsigned) = match rest.first() {
             Some(b'-') => (true, &rest[1..]),
             Some(b'+') => (false, &rest[1..]),
             _ => (false, rest),
         };
-        let digits = digits_from
-            .iter()
-            .take_while(|b| b.is_ascii_digit())
-            .count();
-        let value = std::str::from_utf8(&digits_from[..digits])
-            .ok()
-            .and_then(|d| d.parse::<u32>().ok());
-        self.0 = &[]; // the rest of the line is ignored, as strtol does
-        Ok(match (negative, value) {
-            (true, Some(v)) if v > 0 => None,
-            (_, Some(v)) => Some(v),
-            (_, None) => Some(0),
-        })
+        let digits = unsigned.iter().take_while(|b| b.is_ascii_digit()).count();
+        self.0 = &[];
+        if digits == 0 {
+            return Ok((negative, None));
+        }
+        let value = decimal(&unsigned[..digits]).ok_or(LineError::BadFormat)?;
+        Ok((negative, Some(value)))
     }
 
-    /// `kick`'s bound, read as beanstalkd reads it (C's `strtoul`): a negative number wraps
-    /// around to a huge bound.
-    fn wrapping_u64(&mut self) -> Result<u64, LineError> {
+    /// `pause-tube`'s name, read as beanstalkd reads it: spaces skipped, then the longest run
+    /// of the characters a name may hold (at least one). Its length and first character are
+    /// not checked here.
+    fn pause_name(&mut self) -> Result<&'a [u8], LineError> {
         let rest = self.skip_spaces();
-        if let Some(negative) = rest.strip_prefix(b"-") {
-            self.0 = negative;
-            return Ok(self.u64()?.wrapping_neg());
+        let len = rest
+            .iter()
+            .take_while(|&&b| {
+                b.is_ascii_alphanumeric()
+                    || matches!(
+                        b,
+                        b'-' | b'+' | b'/' | b';' | b'.' | b'$' | b'_' | b'(' | b')'
+                    )
+            })
+            .count();
+        if len == 0 {
+            return Err(LineError::BadFormat);
         }
-        self.u64()
+        self.0 = &rest[len..];
+        Ok(&rest[..len])
     }
 
     /// A tube name: up to the next space or the end of the line.
@@ -389,7 +471,8 @@ mod tests {
                 priority: 0,
                 delay: 0,
                 ttr: 10,
-                len: 5
+                len: 5,
+                trailing: false,
             }))
         );
         assert!(
@@ -398,11 +481,9 @@ mod tests {
         );
         assert!(parse("put 0  0 10 5").is_ok());
         for bad in [
-            "put 0 0 10 5 ",
             "put 0 0 10 +5",
             "put 0 0 10 -5",
             "put 0 0 10",
-            "put 0 0 10 5 6",
             "put 4294967296 0 10 5",
             "use a b",
             "use a ",
@@ -434,6 +515,82 @@ mod tests {
             cmd("reserve-with-timeout 0"),
             Command::ReserveWithTimeout(Some(0))
         );
+        // Each observed on beanstalkd 1.12: strtol/strtoul, kept in 32 bits.
+        for (line, timeout) in [
+            ("reserve-with-timeout \t5", Some(5)),
+            ("reserve-with-timeout 5 x", Some(5)),
+            ("reserve-with-timeout abc", Some(0)),
+            ("reserve-with-timeout 4294967296", Some(0)),
+            ("reserve-with-timeout 4294967295", None),
+            ("reserve-with-timeout 2147483648", None),
+            ("reserve-with-timeout 2147483647", Some(2_147_483_647)),
+            ("reserve-with-timeout 9223372036854775807", None),
+            ("reserve-with-timeout -9223372036854775808", Some(0)),
+        ] {
+            assert_eq!(cmd(line), Command::ReserveWithTimeout(timeout), "{line:?}");
+        }
+        assert_eq!(
+            parse("reserve-with-timeout 9223372036854775808"),
+            Err(BadFormat)
+        );
+        let paused =
+            |name: &str, delay| Command::PauseTube(TubeName::new(name).expect("valid"), delay);
+        assert_eq!(cmd("pause-tubefoo 5"), paused("foo", 5));
+        assert_eq!(cmd("pause-tube   foo  5"), paused("foo", 5));
+        for bad in [
+            "pause-tube",
+            "pause-tube ",
+            "pause-tube foo",
+            "pause-tube\tfoo 5",
+            "pause-tube a*b 5",
+            "pause-tube foo 5 ",
+        ] {
+            assert_eq!(parse(bad), Err(BadFormat), "{bad:?}");
+        }
+        let long = format!("pause-tube {} 5", "a".repeat(201));
+        for counted in ["pause-tube -a 5", long.as_str()] {
+            assert_eq!(
+                parse(counted),
+                Err(LineError::BadPauseTubeName),
+                "{counted:?}"
+            );
+        }
+        for (line, bound) in [
+            ("kick 5", 5),
+            ("kick \t5", 5),
+            ("kick +5", 5),
+            ("kick 0x1", 0),
+            ("kick 5 6", 5),
+            ("kick 4294967296", 0),
+            ("kick 4294967297", 1),
+            ("kick -1", u64::from(u32::MAX)),
+            ("kick 18446744073709551615", u64::from(u32::MAX)),
+        ] {
+            assert_eq!(cmd(line), Command::Kick(bound), "{line:?}");
+        }
+        for bad in ["kick x", "kick  ", "kick -", "kick 18446744073709551616"] {
+            assert_eq!(parse(bad), Err(BadFormat), "{bad:?}");
+        }
+        // put: a length beyond 32 bits is BAD_FORMAT; garbage after a length is judged
+        // after the size (the decoder answers JOB_TOO_BIG first).
+        assert_eq!(parse("put 0 0 1 4294967296"), Err(BadFormat));
+        for trailing in ["put 0 0 10 5 ", "put 0 0 10 5 6"] {
+            assert!(
+                matches!(
+                    parse(trailing),
+                    Ok(Line::Put(PutHeader { trailing: true, .. }))
+                ),
+                "{trailing:?}"
+            );
+        }
+        assert!(matches!(
+            parse("put 0 0 1 70000x"),
+            Ok(Line::Put(PutHeader {
+                len: 70_000,
+                trailing: true,
+                ..
+            }))
+        ));
         let long = "a".repeat(200);
         assert_eq!(
             cmd(&format!("use {long}")),

@@ -14,6 +14,26 @@ pub enum Frame {
     Command(Command),
     /// A malformed request; reply with [`ErrorReply::as_bytes`] and carry on.
     Error(ErrorReply),
+    /// A request refused after beanstalkd counted it in `stats`: reply as for
+    /// [`Frame::Error`], and count it as [`Counted`] says.
+    Counted(ErrorReply, Counted),
+}
+
+/// What a refused request counts as, in beanstalkd (it counts a command once its line parsed,
+/// before the checks that refuse it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counted {
+    /// A `put` whose job is refused: too big ([`ErrorReply::JobTooBig`]), garbage after its
+    /// length ([`ErrorReply::BadFormat`]), or a body not followed by CRLF
+    /// ([`ErrorReply::ExpectedCrlf`]: `body_came`, which also makes the client a producer and
+    /// uses up a job id). Counts in `cmd-put`.
+    Put {
+        /// The body was read (and not followed by CRLF).
+        body_came: bool,
+    },
+    /// A `pause-tube` whose name is too long or starts with `-` ([`ErrorReply::BadFormat`]).
+    /// Counts in `cmd-pause-tube`.
+    PauseTube,
 }
 
 /// The protocol errors a request can earn.
@@ -113,9 +133,18 @@ impl Decoder {
                                 left: header.len.saturating_add(2),
                             };
                         }
+                        Ok(Line::Put(header)) if header.trailing => {
+                            return Some(Frame::Counted(
+                                ErrorReply::BadFormat,
+                                Counted::Put { body_came: false },
+                            ))
+                        }
                         Ok(Line::Put(header)) => self.state = State::Body(header),
                         Err(LineError::BadFormat) => {
                             return Some(Frame::Error(ErrorReply::BadFormat))
+                        }
+                        Err(LineError::BadPauseTubeName) => {
+                            return Some(Frame::Counted(ErrorReply::BadFormat, Counted::PauseTube))
                         }
                         Err(LineError::UnknownCommand) => {
                             return Some(Frame::Error(ErrorReply::UnknownCommand))
@@ -133,7 +162,10 @@ impl Decoder {
                     let crlf = buf.split_to(2);
                     self.state = State::Line;
                     if &crlf[..] != b"\r\n" {
-                        return Some(Frame::Error(ErrorReply::ExpectedCrlf));
+                        return Some(Frame::Counted(
+                            ErrorReply::ExpectedCrlf,
+                            Counted::Put { body_came: true },
+                        ));
                     }
                     return Some(Frame::Command(Command::Put {
                         priority: header.priority,
@@ -150,7 +182,10 @@ impl Decoder {
                         return None;
                     }
                     self.state = State::Line;
-                    return Some(Frame::Error(ErrorReply::JobTooBig));
+                    return Some(Frame::Counted(
+                        ErrorReply::JobTooBig,
+                        Counted::Put { body_came: false },
+                    ));
                 }
                 State::SkipLine => match find_crlf(buf) {
                     Some(end) => {
@@ -191,7 +226,7 @@ mod tests {
         frames(&mut Decoder::new(65_535), input)
             .into_iter()
             .map(|f| match f {
-                Frame::Error(e) => e,
+                Frame::Error(e) | Frame::Counted(e, _) => e,
                 Frame::Command(c) => panic!("unexpected {c:?}"),
             })
             .collect()
@@ -202,6 +237,38 @@ mod tests {
     fn a_bad_put_line_leaves_its_body_to_be_read_as_a_command() {
         assert_eq!(
             errors(b"put 0 0 10 5 \r\nhello\r\n"),
+            [ErrorReply::BadFormat, ErrorReply::UnknownCommand]
+        );
+    }
+
+    #[test]
+    fn a_too_big_put_is_answered_before_garbage_after_its_length() {
+        let mut input = b"put 0 0 1 70000x\r\n".to_vec();
+        input.extend(vec![b'y'; 70_000]);
+        input.extend(b"\r\nput 0 0 1 5x\r\nhello\r\n");
+        assert_eq!(
+            errors(&input),
+            [
+                ErrorReply::JobTooBig,
+                ErrorReply::BadFormat,
+                ErrorReply::UnknownCommand
+            ]
+        );
+    }
+
+    #[test]
+    fn a_nul_byte_makes_any_line_bad_format() {
+        for line in [
+            &b"quit\0x\r\n"[..],
+            b"\0\r\n",
+            b"peek\x001\r\n",
+            b"stats\0\r\n",
+        ] {
+            assert_eq!(errors(line), [ErrorReply::BadFormat], "{line:?}");
+        }
+        // A put line with one is a bad put: its body is read as the next command.
+        assert_eq!(
+            errors(b"put 0 0 1 1\0\r\nx\r\n"),
             [ErrorReply::BadFormat, ErrorReply::UnknownCommand]
         );
     }
@@ -229,7 +296,10 @@ mod tests {
         buf.extend_from_slice(b"\r\nuse x\r\n");
         assert_eq!(
             decoder.decode(&mut buf),
-            Some(Frame::Error(ErrorReply::JobTooBig))
+            Some(Frame::Counted(
+                ErrorReply::JobTooBig,
+                Counted::Put { body_came: false }
+            ))
         );
         assert!(matches!(
             decoder.decode(&mut buf),

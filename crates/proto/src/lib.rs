@@ -20,7 +20,7 @@
 //!         Frame::Command(Command::Use(tube)) => Reply::Using(tube),
 //!         Frame::Command(Command::Put { .. }) => Reply::Inserted(1),
 //!         Frame::Command(_) => Reply::NotFound,
-//!         Frame::Error(error) => Reply::Error(error),
+//!         Frame::Error(error) | Frame::Counted(error, _) => Reply::Error(error),
 //!     };
 //!     reply.encode(&mut output);
 //! }
@@ -39,5 +39,5 @@ mod reply;
 
 pub use client::{parse_yaml_list, parse_yaml_map, ReplyDecoder, ReplyError, YamlError};
 pub use command::Command;
-pub use decoder::{Decoder, ErrorReply, Frame, MAX_LINE};
+pub use decoder::{Counted, Decoder, ErrorReply, Frame, MAX_LINE};
 pub use reply::{yaml_list, yaml_map, Reply, Value};

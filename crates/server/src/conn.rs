@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tickwheel_proto::{yaml_list, Command, Decoder, ErrorReply, Frame, Reply};
+use tickwheel_proto::{yaml_list, Command, Counted, Decoder, ErrorReply, Frame, Reply};
 use tickwheel_queue::{ClientId, Error, JobState, Load, Reserve};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -125,9 +125,15 @@ async fn read_commands<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 Frame::Command(Command::Quit) => return Ok(()),
                 Frame::Command(command) => command,
                 Frame::Error(error) => {
-                    if error == ErrorReply::ExpectedCrlf {
-                        shared.apply(|engine| engine.count_failed_put(client));
-                    }
+                    replies.push(Ticket::done(), Reply::Error(error));
+                    continue;
+                }
+                Frame::Counted(error, counted) => {
+                    // Counted in stats, as beanstalkd counts a line it parsed before refusing.
+                    shared.apply(|engine| match counted {
+                        Counted::Put { body_came } => engine.count_failed_put(client, body_came),
+                        Counted::PauseTube => engine.count_failed_pause_tube(),
+                    });
                     replies.push(Ticket::done(), Reply::Error(error));
                     continue;
                 }

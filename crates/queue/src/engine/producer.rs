@@ -106,15 +106,7 @@ impl Engine {
         body: Bytes,
         key: Option<String>,
     ) -> Result<JobId, Error> {
-        let id = self.next_id;
-        if id == JobId::MAX {
-            return Err(Error::IdsExhausted);
-        }
-        if id >= self.ids_end {
-            self.ids_end = id.saturating_add(ID_BLOCK);
-            self.changes.push(Change::ReserveIds { end: self.ids_end });
-        }
-        self.next_id += 1;
+        let id = self.allocate_id()?;
         let now = self.now();
         let until = now.saturating_add(delay);
         let ttr = ttr.max(1000);
@@ -161,12 +153,39 @@ impl Engine {
         Ok(id)
     }
 
-    /// A `put` that failed before reaching the engine (its body was not followed by CRLF)
-    /// still counts, as in beanstalkd: `cmd-put`, and the client as a producer.
-    pub fn count_failed_put(&mut self, client: ClientId) {
+    /// A `put` that failed before reaching the engine (too big, garbage after its length, or
+    /// a body not followed by CRLF) still counts in `cmd-put`, as in beanstalkd. With
+    /// `body_came` (the body came, and was not followed by CRLF) the client is a producer too,
+    /// and the put uses up a job id, as beanstalkd made the job before it read the body (may
+    /// record a [`Change::ReserveIds`]).
+    pub fn count_failed_put(&mut self, client: ClientId, body_came: bool) {
         self.cmd.put += 1;
-        if let Some(c) = self.clients.get_mut(&client) {
-            c.producer = true;
+        if body_came {
+            if let Some(c) = self.clients.get_mut(&client) {
+                c.producer = true;
+            }
+            // With every id used up, there is none to waste either.
+            let _ = self.allocate_id();
         }
+    }
+
+    /// A `pause-tube` refused for its tube name after beanstalkd would have counted it (a name
+    /// too long or starting with `-`): counts in `cmd-pause-tube`.
+    pub fn count_failed_pause_tube(&mut self) {
+        self.cmd.pause_tube += 1;
+    }
+
+    /// The next job id, persisting a new block of ids when the last one is used up.
+    fn allocate_id(&mut self) -> Result<JobId, Error> {
+        let id = self.next_id;
+        if id == JobId::MAX {
+            return Err(Error::IdsExhausted);
+        }
+        if id >= self.ids_end {
+            self.ids_end = id.saturating_add(ID_BLOCK);
+            self.changes.push(Change::ReserveIds { end: self.ids_end });
+        }
+        self.next_id += 1;
+        Ok(id)
     }
 }
