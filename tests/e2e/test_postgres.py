@@ -21,6 +21,7 @@ import psycopg
 import pytest
 
 import test_differential as diff
+import test_differential_random as random_diff
 from conftest import beanstalkd_process, tickwheel_pg_process
 from pgload import left_over, listening, produce, wait_drained
 
@@ -49,6 +50,14 @@ def pg_pair(workdir, pg_cluster, request):
 @pytest.mark.parametrize("name", list(diff.params()))
 def test_same_replies_as_beanstalkd_on_postgres(name, pg_pair):
     diff.test_same_replies_as_beanstalkd(name, pg_pair)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_sessions_answer_as_beanstalkd_on_postgres(workdir, pg_cluster, seed):
+    """test_differential_random's lockstep sessions against one node on PostgreSQL (seed 2
+    restarts it three times)."""
+    ours = tickwheel_pg_process(pg_cluster.create_db(), workdir, ["-z", str(diff.MAX_JOB)])
+    random_diff.check_random_session(workdir, ours, seed, 1500, 3 if seed % 2 == 0 else 0)
 
 
 # --- enqueue inside the application's transaction (README example) --------------------------
