@@ -106,18 +106,23 @@ class Lockstep:
             # same tubes, in another order (docs/protocol.md).
             got = [(line, _sorted_yaml_list(data)) for line, data in got]
         shown = text.format(job=job).encode() + (b" +body" if body is not None else b"")
-        ref, ours = (diff.mask(diff.normalise([(0, c, [r])]), {"file"}) for r in got)
-        self.log.append((c, shown, got[0], got[1]))
-        if not diff.same(ref, ours):
-            lines = [f"conn {c} sent {d[:100]!r}\n   beanstalkd: {r!r:.300}\n"
-                     f"   tickwheel:  {o!r:.300}" for c, d, r, o in self.log[-25:]]
-            pytest.fail(f"step {len(self.log) - 1}: replies differ (last 25 steps, the "
-                        "difference last):\n" + "\n".join(lines) + "\nthe difference:\n"
-                        + diff.describe([("send", c, shown, 1)], ref, ours))
-        line = got[0][0]
-        if isinstance(line, bytes):
-            self.seen[line.split(b" ")[0]] += 1
+        self.check(c, shown, [[r] for r in got])
         return got[0]
+
+    def check(self, c, sent, got):
+        """Logs one exchange (`got`: each server's list of replies), fails the test if the
+        normalised replies differ, and counts beanstalkd's reply words."""
+        ref, ours = (diff.mask(diff.normalise([(0, c, r)]), {"file"}) for r in got)
+        self.log.append((c, sent, got[0], got[1]))
+        if not diff.same(ref, ours):
+            lines = [f"conn {c} sent {d[:120]!r}\n   beanstalkd: {r!r:.400}\n"
+                     f"   tickwheel:  {o!r:.400}" for c, d, r, o in self.log[-20:]]
+            pytest.fail(f"step {len(self.log) - 1}: replies differ (last 20 steps, the "
+                        "difference last):\n" + "\n".join(lines) + "\nthe difference:\n"
+                        + diff.describe([("send", c, sent, 1)], ref, ours))
+        for line, _ in got[0]:
+            if isinstance(line, bytes):
+                self.seen[line.split(b" ")[0]] += 1
 
     def close(self, c):
         for conns in self.conns:
@@ -385,17 +390,7 @@ def send_lines(run, c, data):
             replies.append(("<closed>", None))
             run.conns[k].pop(c).close()
         got.append(replies)
-    ref, ours = (diff.normalise([(0, c, r)]) for r in got)
-    run.log.append((c, data, got[0], got[1]))
-    if not diff.same(ref, ours):
-        lines = [f"conn {c} sent {d[:120]!r}\n   beanstalkd: {r!r:.400}\n"
-                 f"   tickwheel:  {o!r:.400}" for c, d, r, o in run.log[-15:]]
-        pytest.fail(f"step {len(run.log) - 1}: replies differ (last 15 steps, the difference "
-                    "last):\n" + "\n".join(lines) + "\nthe difference:\n"
-                    + diff.describe([("send", c, data, 1)], ref, ours))
-    for line, _ in got[0]:
-        if isinstance(line, bytes):
-            run.seen[line.split(b" ")[0]] += 1
+    run.check(c, data, got)
     return got[0]
 
 
