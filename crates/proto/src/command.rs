@@ -326,13 +326,7 @@ impl<'a> Args<'a> {
         let rest = self.skip_spaces();
         let len = rest
             .iter()
-            .take_while(|&&b| {
-                b.is_ascii_alphanumeric()
-                    || matches!(
-                        b,
-                        b'-' | b'+' | b'/' | b';' | b'.' | b'$' | b'_' | b'(' | b')'
-                    )
-            })
+            .take_while(|&&b| tickwheel_tube::is_name_byte(b))
             .count();
         if len == 0 {
             return Err(LineError::BadFormat);

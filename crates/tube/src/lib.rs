@@ -26,6 +26,22 @@ pub struct TubeName(Arc<str>);
 /// The longest tube name, in bytes.
 pub const MAX_TUBE_NAME: usize = 200;
 
+/// Whether `b` may appear in a tube name (beanstalkd's `NAME_CHARS`: ASCII letters and digits
+/// and `-+/;.$_()`).
+///
+/// ```
+/// use tickwheel_tube::is_name_byte;
+/// assert!(is_name_byte(b'$') && !is_name_byte(b' '));
+/// ```
+#[must_use]
+pub fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric()
+        || matches!(
+            b,
+            b'-' | b'+' | b'/' | b';' | b'.' | b'$' | b'_' | b'(' | b')'
+        )
+}
+
 impl TubeName {
     /// Checks `name` against beanstalkd's rule.
     ///
@@ -43,17 +59,10 @@ impl TubeName {
     /// assert!(TubeName::new("with space").is_err());
     /// ```
     pub fn new(name: &str) -> Result<TubeName, BadTubeName> {
-        let ok_byte = |b: u8| {
-            b.is_ascii_alphanumeric()
-                || matches!(
-                    b,
-                    b'-' | b'+' | b'/' | b';' | b'.' | b'$' | b'_' | b'(' | b')'
-                )
-        };
         if name.is_empty()
             || name.len() > MAX_TUBE_NAME
             || name.starts_with('-')
-            || !name.bytes().all(ok_byte)
+            || !name.bytes().all(is_name_byte)
         {
             return Err(BadTubeName);
         }
