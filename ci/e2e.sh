@@ -46,6 +46,17 @@ if ! command -v tmux >/dev/null; then
 fi
 command -v tmux
 
+step "strace (test_dropin.py counts both servers' fsyncs)"
+if ! command -v strace >/dev/null; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "strace is missing and we are not root: apt-get install strace" >&2
+        exit 1
+    fi
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y strace
+fi
+command -v strace
+
 step "postgresql (test_postgres.py starts throw-away clusters)"
 bash ci/postgres.sh
 

@@ -7,7 +7,9 @@
   with "DIR is in use by pid N"; the first keeps serving.
 * Unix sockets, with and without -b, through a raw connection and through greenstalk.
 * -f MS and -F: accepted, and what was acknowledged survives a graceful restart and a SIGKILL
-  (both modes promise to survive a crash of the process, not a power cut).
+  (both modes promise to survive a crash of the process, not a power cut). Given together,
+  the later one wins, as in beanstalkd: both servers' fsyncs counted under strace.
+* A flag given twice: its last value stands in both servers.
 * -u USER: both servers bind first (a port below 1024 works when started as root), then become
   USER, then open -b DIR, whose files belong to USER; an unknown user exits with beanstalkd's
   status. We take USER's own supplementary groups where beanstalkd keeps root's.
@@ -271,6 +273,69 @@ def test_fsync_modes_keep_what_they_acknowledged_across_a_restart(workdir, flags
         c.close()
     finally:
         server.close()
+
+
+def syncs_during_puts(binary, flags, workdir, puts=20):
+    """Starts `binary` with `-b DIR` and `flags` under strace and counts the fsync and
+    fdatasync calls its puts cause (one connection, one put at a time)."""
+    data = tempfile.mkdtemp(dir=workdir)
+    trace = os.path.join(data, "trace")
+    os.makedirs(os.path.join(data, "jobs"))  # beanstalkd does not create its -b directory
+    port = free_port()
+    proc = subprocess.Popen(
+        ["strace", "-f", "-qq", "-e", "trace=fsync,fdatasync", "-o", trace, binary,
+         "-l", "127.0.0.1", "-p", str(port), "-b", os.path.join(data, "jobs"), *flags],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_accepting(proc, port)
+        c = Conn(port)
+        c.put("warm-up")  # start-up's own syncs, then one put, before counting
+        time.sleep(0.2)
+        with open(trace, encoding="utf-8") as f:
+            before = f.read().count("sync(")
+        for i in range(puts):
+            c.put(f"job {i}")
+        time.sleep(0.2)  # an -f interval's sync, if one is due
+        with open(trace, encoding="utf-8") as f:
+            during = f.read().count("sync(") - before
+        c.close()
+        return during
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("flags", [
+    "-f 0", "-F", "-F -f 0", "-f 0 -F", "-f 60000 -F -f 0", "-F -f 0 -F", "-Ff0", "-f0 -F -F",
+])
+def test_the_later_of_f_and_big_f_decides_as_in_beanstalkd(workdir, flags):
+    """beanstalkd's -f and -F set one switch, so the later flag wins: `-F -f 0` syncs every
+    write, `-f 0 -F` none. Counted under strace in both servers."""
+    puts = 20
+    seen = {name: syncs_during_puts(binary, flags.split(), workdir, puts)
+            for name, binary in (("tickwheel", tickwheel_bin()),
+                                 ("beanstalkd", beanstalkd_bin()))}
+    every_put = flags.split()[-1] != "-F"
+    for name, count in seen.items():
+        assert (count >= puts) if every_put else (count == 0), (name, seen)
+
+
+def test_a_flag_given_twice_means_its_last_value_as_in_beanstalkd(workdir):
+    """beanstalkd reads its flags in order, and a repeated flag's last value stands: a unit
+    that appends `-p` or `-l` to packaged defaults works. tickwheel once refused the repeat."""
+    for name, binary in (("tickwheel", tickwheel_bin()), ("beanstalkd", beanstalkd_bin())):
+        port = free_port()
+        proc = subprocess.Popen(
+            [binary, "-l", "127.0.0.2", "-p", "1", "-z", "10", "-z", "20", "-s", "5",
+             "-l", "127.0.0.1", "-p", str(port), "-s", "7000"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            wait_accepting(proc, port)
+            assert stats_lines(port, ("max-job-size", "binlog-max-size")) == [
+                "max-job-size: 20", "binlog-max-size: 7000"], name
+        finally:
+            proc.kill()
+            proc.wait()
 
 
 def test_fsync_flags_are_reported_in_the_log(workdir):

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use clap::Parser;
+use clap::{CommandFactory as _, FromArgMatches as _};
 use tickwheel_server::{Config, Listener, PgOptions, SchemaName, Server, SystemClock};
 use tickwheel_store::Durability;
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -24,8 +24,14 @@ enum PgMode {
     ActiveActive,
 }
 
-#[derive(Parser, Debug)]
-#[command(name = "tickwheel-server", disable_version_flag = true)]
+#[derive(clap::Parser, Debug)]
+// `args_override_self`: a flag given twice means its last value, as beanstalkd's option loop
+// reads it (`-p 1 -p 11300` listens on 11300); clap would refuse the repeat otherwise.
+#[command(
+    name = "tickwheel-server",
+    disable_version_flag = true,
+    args_override_self = true
+)]
 struct Args {
     /// Listen on ADDR (an IP address or host name), or on a Unix socket with unix:PATH.
     #[arg(
@@ -230,16 +236,51 @@ impl Failure {
     }
 }
 
-fn main() -> anyhow::Result<()> {
-    let args = match Args::try_parse() {
-        Ok(args) => args,
+/// Parses the command line, or exits: `--help` prints to stdout and succeeds, a usage error
+/// exits with beanstalkd's 5.
+fn parse_args() -> (Args, Durability) {
+    match parse_from(std::env::args_os()) {
+        Ok(parsed) => parsed,
         Err(e) => {
-            // --help prints to stdout and succeeds; a usage error exits with beanstalkd's 5.
             let status = if e.use_stderr() { USAGE_STATUS } else { 0 };
             let _ = e.print();
             std::process::exit(status);
         }
-    };
+    }
+}
+
+/// The flags of the command line `argv` (program name first) and the fsync policy they ask
+/// for.
+fn parse_from<I, T>(argv: I) -> Result<(Args, Durability), clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let matches = Args::command().try_get_matches_from(argv)?;
+    let args = Args::from_arg_matches(&matches)?;
+    let durability = durability(&args, &matches);
+    Ok((args, durability))
+}
+
+/// The fsync policy `-f` and `-F` ask for. As in beanstalkd, where each sets the same switch,
+/// the later of the two wins: `-F -f 5` syncs every 5 ms, `-f 5 -F` never. A negative `-f`
+/// (beanstalkd reads it as a huge unsigned number, then as a negative interval) syncs every
+/// write there, as `-f 0` does.
+fn durability(args: &Args, matches: &clap::ArgMatches) -> Durability {
+    let f_index = matches.index_of("fsync_every");
+    let big_f_last = args.no_fsync
+        && f_index.is_none_or(|f| matches.index_of("no_fsync").is_some_and(|big_f| big_f > f));
+    match args.fsync_every {
+        _ if big_f_last => Durability::None,
+        Some(ms) if i64::try_from(ms).is_ok_and(|ms| ms > 0) => {
+            Durability::Periodic { interval_ms: ms }
+        }
+        _ => Durability::Sync,
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let (args, durability) = parse_args();
     if args.version {
         println!(
             "tickwheel-server {} (commit {})",
@@ -267,15 +308,6 @@ fn main() -> anyhow::Result<()> {
             tracing::warn!("-{flag} flag was removed. binlog is always compacted.");
         }
     }
-    // A negative -f (beanstalkd reads it as a huge unsigned number, then as a negative
-    // interval) syncs every write there, as -f 0 does.
-    let durability = match (args.no_fsync, args.fsync_every) {
-        (true, _) => Durability::None,
-        (false, Some(ms)) if i64::try_from(ms).is_ok_and(|ms| ms > 0) => {
-            Durability::Periodic { interval_ms: ms }
-        }
-        _ => Durability::Sync,
-    };
     let postgres = match &args.postgres {
         Some(url) => Some(PgOptions {
             url: url.clone(),
@@ -566,7 +598,55 @@ impl StopSignals {
 
 #[cfg(test)]
 mod tests {
-    use super::c_size;
+    use super::{c_size, parse_from, Durability};
+
+    fn parse(line: &str) -> (super::Args, Durability) {
+        let argv = std::iter::once("tickwheel-server").chain(line.split_whitespace());
+        parse_from(argv).unwrap_or_else(|e| panic!("{line:?}: {e}"))
+    }
+
+    /// beanstalkd's option loop assigns each flag as it meets it: a flag given twice means
+    /// its last value, and `-f`/`-F` set one switch, so the later of the two decides
+    /// (checked against beanstalkd 1.12: `-p 1 -p N` listens on N, `-z 10 -z 20` shows
+    /// `max-job-size: 20`; `-F -f 0` fsyncs every write, `-f 0 -F` none, under strace).
+    #[test]
+    fn a_flag_given_twice_means_its_last_value_as_in_beanstalkd() {
+        let (args, _) = parse(
+            "-p 1 -l 10.0.0.1 -z 10 -s 5 -b /a -u x -p 11300 -l 127.0.0.1 -z 20 -s 7 -b /b -u y",
+        );
+        assert_eq!(args.port, "11300");
+        assert_eq!(args.listen, "127.0.0.1");
+        assert_eq!(args.max_job_size, 20);
+        assert_eq!(args.binlog_size, Some(7));
+        assert_eq!(args.data_dir.as_deref(), Some(std::path::Path::new("/b")));
+        assert_eq!(args.user.as_deref(), Some("y"));
+        assert_eq!(parse("-p11300 -p11301").0.port, "11301");
+        assert!(parse("-F -F -c -c -n -n").0.no_fsync);
+        assert_eq!(parse("-V -V").0.verbose, 2, "-V still counts");
+        assert_eq!(parse("-VVV").0.verbose, 3);
+    }
+
+    #[test]
+    fn the_later_of_f_and_big_f_decides_as_in_beanstalkd() {
+        let periodic = |ms| Durability::Periodic { interval_ms: ms };
+        for (line, want) in [
+            ("", Durability::Sync),
+            ("-F", Durability::None),
+            ("-f 5", periodic(5)),
+            ("-f0", Durability::Sync),
+            ("-f -5", Durability::Sync),
+            ("-F -f 5", periodic(5)),
+            ("-f 5 -F", Durability::None),
+            ("-F -f 0", Durability::Sync),
+            ("-f 0 -F", Durability::None),
+            ("-f 5 -F -f 9", periodic(9)),
+            ("-F -f 5 -F", Durability::None),
+            ("-Ff 5", periodic(5)),
+            ("-f5 -Fp 1", Durability::None),
+        ] {
+            assert_eq!(parse(line).1, want, "{line:?}");
+        }
+    }
 
     /// As glibc's `sscanf("%zu%c")` reads them (checked against beanstalkd 1.12: `-s -1` shows
     /// `binlog-max-size: -1`, `-s ' 7'` 7, `-s +9` 9; `12k`, `1.5` and `5 ` exit with 5).
