@@ -313,6 +313,14 @@ SCENARIOS = {
         S("reserve", n=0), S("watch foo", c=2, n=0), W(0.1), X(0), W(0.1),
         put("x", c=1), S("stats", c=1), S("stats-tube default", c=1),
     ],
+    # beanstalkd takes a tube's waiter at a cursor that moves on past each one taken, from an
+    # array it swap-removes from: with four waiting, three jobs go to 0, 1 and 3 (not 2).
+    "waiters-served-round-the-array": [
+        S("reserve", n=0, c=0), W(0.05), S("reserve", n=0, c=1), W(0.05),
+        S("reserve", n=0, c=2), W(0.05), S("reserve", n=0, c=3), W(0.05),
+        put("a", c=4), W(0.1), put("b", c=4), W(0.1), put("c", c=4), W(0.1),
+        R(c=0), R(c=1), R(c=3), S("stats-tube default", c=4),
+    ],
     "pipelined-after-waiting-reserve": [
         B(b"reserve\r\nlist-tube-used\r\n", n=0), W(0.1), put("x", c=1), R(n=2),
     ],

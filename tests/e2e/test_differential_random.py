@@ -13,8 +13,11 @@ which ids exist), so most `delete`, `release`, `bury` and `touch` commands act o
 by the connection; the rest hit other connections' jobs and unknown ids.
 
 Nothing in a session depends on timing: delays and pauses are 0 or an hour, TTRs at least
-100 s, reserves never block, and a closed connection is followed by a short pause (both
-servers notice a hang-up asynchronously). A zero-delay `release` is left out of the sessions
+100 s, and a closed connection is followed by a short pause (both servers notice a hang-up
+asynchronously). A blocking `reserve` (or `reserve-with-timeout 3600`) leaves its connection
+waiting, at most two at a time; after each command the waiting connections' replies, if any,
+are compared, and a command that may wake one (a put, a release, a kick, an unpause, a
+hang-up) waits a little for them. Which waiter gets a job, and when, is then compared too. A zero-delay `release` is left out of the sessions
 with restarts: tickwheel writes it and beanstalkd does not (an intentional difference,
 docs/protocol.md), so after a restart such a job differs by design.
 """
@@ -55,6 +58,7 @@ class Lockstep:
         self.to_ours = {}
         self.to_ref = {}
         self.restarted = False
+        self.waiting = {}  # connection -> the blocking reserve it sent, not answered yet
 
     def _conn(self, k, c):
         if c not in self.conns[k]:
@@ -116,7 +120,7 @@ class Lockstep:
         self.log.append((c, sent, got[0], got[1]))
         if not diff.same(ref, ours):
             lines = [f"conn {c} sent {d[:120]!r}\n   beanstalkd: {r!r:.400}\n"
-                     f"   tickwheel:  {o!r:.400}" for c, d, r, o in self.log[-20:]]
+                     f"   tickwheel:  {o!r:.400}" for c, d, r, o in self.log[-int(os.environ.get("RANDOM_DIFF_SHOW", "20")):]]
             pytest.fail(f"step {len(self.log) - 1}: replies differ (last 20 steps, the "
                         "difference last):\n" + "\n".join(lines) + "\nthe difference:\n"
                         + diff.describe([("send", c, sent, 1)], ref, ours))
@@ -124,7 +128,42 @@ class Lockstep:
             if isinstance(line, bytes):
                 self.seen[line.split(b" ")[0]] += 1
 
+    def wait(self, c, text):
+        """Sends `text`, a reserve that may block, on connection `c` of both servers and
+        leaves its reply to `settle_waiters`."""
+        for k in (0, 1):
+            self._conn(k, c).send(text.encode() + b"\r\n")
+        self.waiting[c] = text
+        self.log.append((c, text.encode() + b" (waits)", None, None))
+
+    def settle_waiters(self, wait):
+        """Compares what the waiting connections were answered, if anything: each gets up to
+        `wait` seconds for either server's reply, then as long as a reply takes (4 s) from
+        the other. Returns beanstalkd's replies as (connection, line)."""
+        answered = []
+        for c, text in list(self.waiting.items()):
+            got = [None, None]
+            for k in (0, 1):
+                try:
+                    got[k] = self._conn(k, c).reply(wait)
+                except Timeout:
+                    pass
+            if got == [None, None]:
+                continue
+            for k in (0, 1):
+                if got[k] is None:
+                    try:
+                        got[k] = self._conn(k, c).reply(4.0)
+                    except Timeout:
+                        got[k] = ("<no reply>", None)
+            got[1] = self._back(got[1], got[0])
+            self.check(c, b"(answer to a waiting " + text.encode() + b")", [[r] for r in got])
+            del self.waiting[c]
+            answered.append((c, got[0][0]))
+        return answered
+
     def close(self, c):
+        self.waiting.pop(c, None)
         for conns in self.conns:
             conn = conns.pop(c, None)
             if conn is not None:
@@ -136,6 +175,7 @@ class Lockstep:
             for conn in conns.values():
                 conn.close()
             conns.clear()
+        self.waiting.clear()
         for server in self.servers:
             server.restart()
         self.restarted = True
@@ -165,9 +205,19 @@ def play(run, seed, steps, restarts):
                 ids.remove(job)
 
     def send(c, text, job=None):
-        return run.send(c, text, job)
+        reply = run.send(c, text, job)
+        settle(WAKES.get(text.split(" ")[0], 0.002))
+        return reply
 
-    def settle():
+    def settle(wait):
+        # A waiting reserve is answered when a job it may take becomes ready (a put, a
+        # release, a kick, an unpause, a hang-up of a holder): those commands wait a little for
+        # its reply, the others only look.
+        for w, line in run.settle_waiters(wait):
+            if line.startswith(b"RESERVED"):
+                held[w].append(int(line.split()[1]))
+
+    def apart():
         # Deadlines: tickwheel's clock counts milliseconds, beanstalkd's nanoseconds, so two
         # delays given within one millisecond tie in tickwheel (then the lower id is first)
         # and not in beanstalkd. A session keeps such commands a little apart.
@@ -176,6 +226,14 @@ def play(run, seed, steps, restarts):
     for n in range(steps):
         c = rnd.randrange(CONNS)
         op = rnd.random()
+        if c in run.waiting:
+            # A waiting connection can only hang up; the command goes to another one.
+            if rnd.random() < 0.1:
+                run.close(c)
+                held[c].clear()
+                settle(WAKES["hang-up"])
+                continue
+            c = next(w for w in range(CONNS) if w not in run.waiting)
         if restarts and n and n % (steps // (restarts + 1)) == 0:
             run.restart()
             for ids in held.values():
@@ -186,8 +244,9 @@ def play(run, seed, steps, restarts):
             delay = rnd.choice([0, 0, 0, 3600])
             ttr = rnd.randint(100, 1000)
             line, _ = run.send(c, f"put {pri} {delay} {ttr} {len(body)}", body=body)
+            settle(WAKES["put"])
             if delay:
-                settle()
+                apart()
             if line.startswith(b"INSERTED"):
                 top = max(top, int(line.split()[1]))
         elif op < 0.27:
@@ -196,6 +255,10 @@ def play(run, seed, steps, restarts):
             send(c, f"watch {rnd.choice(TUBES)}")
         elif op < 0.37:
             send(c, f"ignore {rnd.choice(TUBES)}")
+        elif op < 0.435 and len(run.waiting) < CONNS - 1:
+            # Blocks until a job it watches is ready; answered later (settle).
+            run.wait(c, rnd.choice(["reserve", "reserve-with-timeout 3600"]))
+            settle(WAKES["reserve"])
         elif op < 0.47:
             line, _ = send(c, "reserve-with-timeout 0")
             if line.startswith(b"RESERVED"):
@@ -214,7 +277,7 @@ def play(run, seed, steps, restarts):
             if send(c, f"release {{job}} {rnd.randint(0, 2000)} {delay}", job)[0] == b"RELEASED":
                 done(job)
             if delay:
-                settle()
+                apart()
         elif op < 0.70:
             job = own_job(c)
             if send(c, f"bury {{job}} {rnd.randint(0, 2000)}", job)[0] == b"BURIED":
@@ -245,7 +308,14 @@ def play(run, seed, steps, restarts):
             send(c, "list-tube-used")
             run.close(c)
             held[c].clear()
-    send(0, "stats")
+            settle(WAKES["hang-up"])
+    send(next(w for w in range(CONNS) if w not in run.waiting), "stats")
+
+
+# How long a command waits for the replies of waiting reserves it may have woken (seconds);
+# other commands only look (WAKES.get(verb, 0.002)).
+WAKES = {"put": 0.05, "release": 0.05, "kick": 0.05, "kick-job": 0.05, "pause-tube": 0.05,
+         "hang-up": 0.1, "reserve": 0.05}
 
 
 # (seed, steps, restarts): odd seeds without restarts, even ones with three. More seeds for
@@ -254,9 +324,20 @@ _first, _, _last = os.environ.get("RANDOM_DIFF_SEEDS", "1-6").partition("-")
 SESSIONS = [(seed, 1500, 3 if seed % 2 == 0 else 0)
             for seed in range(int(_first), int(_last or _first) + 1)]
 
+# Seeds that show a known difference not yet matched (docs/protocol.md, "Random sessions"):
+# strict xfails, so that a fix shows up as an unexpected pass.
+KNOWN_DIFFERENCES = {
+    4: "after restarts, buried jobs are kicked in another order (docs/protocol.md)",
+}
 
-@pytest.mark.parametrize("seed,steps,restarts", SESSIONS,
-                         ids=[f"seed{s}-restarts{r}" for s, _, r in SESSIONS])
+
+def _session_param(seed, steps, restarts):
+    marks = ([pytest.mark.xfail(strict=True, reason=KNOWN_DIFFERENCES[seed])]
+             if seed in KNOWN_DIFFERENCES else [])
+    return pytest.param(seed, steps, restarts, marks=marks, id=f"seed{seed}-restarts{restarts}")
+
+
+@pytest.mark.parametrize("seed,steps,restarts", [_session_param(*s) for s in SESSIONS])
 def test_random_sessions_answer_as_beanstalkd(workdir, seed, steps, restarts):
     ours = tickwheel_process(os.path.join(workdir, "data"), workdir, ["-z", str(diff.MAX_JOB)])
     check_random_session(workdir, ours, seed, steps, restarts)

@@ -27,8 +27,13 @@ pub(crate) struct Tube {
     pub(crate) reserved: u64,
     pub(crate) using: u64,
     pub(crate) watching: u64,
-    /// Clients waiting in `reserve` while watching this tube, in arrival order.
-    pub(crate) waiters: BTreeMap<u64, ClientId>,
+    /// Clients waiting in `reserve` while watching this tube, as beanstalkd keeps them: an
+    /// array a waiter is appended to and swap-removed from (the last one takes its place).
+    pub(crate) waiters: Vec<ClientId>,
+    /// Where the next waiter is taken from (beanstalkd's `Ms.last`): a cursor that moves on
+    /// past each waiter taken, so waiters are served round the array, not first come first
+    /// served.
+    pub(crate) take_at: usize,
     pub(crate) total_jobs: u64,
     /// Jobs of this tube reserved, and reservations that ran out (this process).
     pub(crate) reserves: u64,
@@ -59,7 +64,8 @@ impl Tube {
             reserved: 0,
             using: 0,
             watching: 0,
-            waiters: BTreeMap::new(),
+            waiters: Vec::new(),
+            take_at: 0,
             total_jobs: 0,
             reserves: 0,
             timeouts: 0,
@@ -81,6 +87,26 @@ impl Tube {
         if self.ready.remove(&(priority, id)) && priority < URGENT_PRIORITY {
             self.urgent -= 1;
         }
+    }
+
+    pub(crate) fn add_waiter(&mut self, client: ClientId) {
+        self.waiters.push(client);
+    }
+
+    pub(crate) fn remove_waiter(&mut self, client: ClientId) {
+        if let Some(i) = self.waiters.iter().position(|&c| c == client) {
+            self.waiters.swap_remove(i);
+        }
+    }
+
+    /// The waiter the next ready job of this tube goes to (beanstalkd's `ms_take`).
+    pub(crate) fn take_waiter(&mut self) -> Option<ClientId> {
+        if self.waiters.is_empty() {
+            return None;
+        }
+        let i = self.take_at % self.waiters.len();
+        self.take_at = i + 1;
+        Some(self.waiters.swap_remove(i))
     }
 
     /// No job of any kind and nobody referring to it: the tube can go.

@@ -79,9 +79,10 @@ impl Engine {
             t.watching += 1;
             // The server never lets a waiting client send commands, but keep the engine
             // consistent if a caller does: the wait now covers the new tube too.
-            if let Some(wait) = waiting {
-                t.waiters.insert(wait.seq, client);
-                self.serve_waiters(tube);
+            if waiting.is_some() {
+                t.add_waiter(client);
+                self.to_serve.push(tube);
+                self.serve_deferred();
             }
             return count;
         }
@@ -120,8 +121,8 @@ impl Engine {
         let waiting = c.waiting;
         let t = self.tube_mut(tube);
         t.watching -= 1;
-        if let Some(wait) = waiting {
-            t.waiters.remove(&wait.seq);
+        if waiting.is_some() {
+            t.remove_waiter(client);
         }
         self.drop_if_unused(tube);
         Ok(count)

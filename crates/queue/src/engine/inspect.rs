@@ -119,7 +119,8 @@ impl Engine {
         t.pause = delay;
         if delay == 0 {
             // A zero pause lifts any pause now.
-            self.serve_waiters(tube);
+            self.to_serve.push(tube);
+            self.serve_deferred();
             self.drop_if_unused(tube);
             return Ok(());
         }

@@ -361,12 +361,22 @@ impl Engine {
 
     /// Serves the waiters of the tubes that got ready jobs (or unpaused) at this instant.
     pub(super) fn serve_deferred(&mut self) {
-        while let Some(tube) = self.to_serve.pop() {
+        if self.to_serve.is_empty() {
+            return;
+        }
+        let mut candidates = mem::take(&mut self.to_serve);
+        candidates.sort_unstable();
+        candidates.dedup();
+        self.serve_waiters(&candidates);
+        for &tube in &candidates {
             if self.tubes[tube as usize].is_some() {
-                self.serve_waiters(tube);
                 self.drop_if_unused(tube);
             }
         }
+        // Serving pushes no tube (a reservation makes nothing ready); keep the buffer.
+        debug_assert!(self.to_serve.is_empty());
+        candidates.clear();
+        self.to_serve = candidates;
     }
 
     /// Replies owed to waiting clients, in the order they happened.

@@ -195,24 +195,30 @@ impl Engine {
         })
     }
 
-    /// Gives ready jobs of `tube` to its waiting clients, first come first served.
-    pub(super) fn serve_waiters(&mut self, tube: TubeId) {
+    /// Gives ready jobs to waiting clients as beanstalkd's `process_queue` does: while one of
+    /// the `candidates` (the tubes that got ready jobs, waiters or an unpause) has both, unpaused,
+    /// the most urgent such job goes to the waiter its tube's cursor picks
+    /// ([`Tube::take_waiter`](crate::tube::Tube::take_waiter)). A tube outside the candidates
+    /// has no ready job and waiter at once: it would have been served when it got the second.
+    pub(super) fn serve_waiters(&mut self, candidates: &[TubeId]) {
         loop {
-            let t = self.tube(tube);
-            if t.paused.is_some() || t.ready.is_empty() {
-                return;
-            }
-            let Some((&seq, &client)) = t.waiters.iter().next() else {
+            let best = candidates
+                .iter()
+                .filter_map(|&tube| {
+                    let t = self.tubes[tube as usize].as_ref()?;
+                    if t.paused.is_some() || t.waiters.is_empty() {
+                        return None;
+                    }
+                    t.ready
+                        .iter()
+                        .next()
+                        .map(|&(priority, id)| (priority, id, tube))
+                })
+                .min();
+            let Some((_, id, tube)) = best else {
                 return;
             };
-            debug_assert_eq!(
-                self.clients
-                    .get(&client)
-                    .and_then(|c| c.waiting)
-                    .map(|w| w.seq),
-                Some(seq)
-            );
-            let Some(id) = self.best_ready(client) else {
+            let Some(client) = self.tube_mut(tube).take_waiter() else {
                 return;
             };
             self.end_wait(client);
@@ -233,7 +239,7 @@ impl Engine {
         }
         let watched = c.watched.clone();
         for tube in watched {
-            self.tube_mut(tube).waiters.remove(&wait.seq);
+            self.tube_mut(tube).remove_waiter(client);
         }
     }
 

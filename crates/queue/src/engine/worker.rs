@@ -14,6 +14,10 @@ impl Engine {
         };
         c.worker = true;
         if let Some(id) = self.best_ready(client) {
+            // beanstalkd queues the client as a waiter and takes it straight back from the
+            // job's tube, where it is the only waiter: that tube's cursor moves on to 1.
+            let tube = self.jobs[&id].tube;
+            self.tube_mut(tube).take_at = 1;
             return Reserve::Job(self.reserve_for(client, id));
         }
         if self.deadline_soon(client) {
@@ -36,7 +40,7 @@ impl Engine {
             None => Vec::new(),
         };
         for tube in watched {
-            self.tube_mut(tube).waiters.insert(seq, client);
+            self.tube_mut(tube).add_waiter(client);
         }
         Reserve::Waiting
     }
