@@ -24,51 +24,37 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "beanstalkd (reference server)"
-if ! command -v beanstalkd >/dev/null; then
-    if [ "$(id -u)" -ne 0 ]; then
-        echo "beanstalkd is missing and we are not root: apt-get install beanstalkd" >&2
-        exit 1
+# need PACKAGE TEST...: installs the Debian PACKAGE (as root) unless `TEST...` already passes.
+need() {
+    local package=$1
+    shift
+    if ! "$@" >/dev/null 2>&1; then
+        if [ "$(id -u)" -ne 0 ]; then
+            echo "$package is missing and we are not root: apt-get install $package" >&2
+            exit 1
+        fi
+        apt-get update
+        DEBIAN_FRONTEND=noninteractive apt-get install -y "$package"
     fi
-    apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y beanstalkd
-fi
+}
+
+step "beanstalkd (reference server)"
+need beanstalkd command -v beanstalkd
 command -v beanstalkd
 
 step "tmux (drives tickwheel top in test_cli.py)"
-if ! command -v tmux >/dev/null; then
-    if [ "$(id -u)" -ne 0 ]; then
-        echo "tmux is missing and we are not root: apt-get install tmux" >&2
-        exit 1
-    fi
-    apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y tmux
-fi
+need tmux command -v tmux
 command -v tmux
 
 step "strace (test_dropin.py counts both servers' fsyncs)"
-if ! command -v strace >/dev/null; then
-    if [ "$(id -u)" -ne 0 ]; then
-        echo "strace is missing and we are not root: apt-get install strace" >&2
-        exit 1
-    fi
-    apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y strace
-fi
+need strace command -v strace
 command -v strace
 
 step "postgresql (test_postgres.py starts throw-away clusters)"
 bash ci/postgres.sh
 
 step "chromium (test_dashboard.py drives it with Playwright; Playwright downloads no browser)"
-if [ ! -x /usr/bin/chromium ]; then
-    if [ "$(id -u)" -ne 0 ]; then
-        echo "chromium is missing and we are not root: apt-get install chromium" >&2
-        exit 1
-    fi
-    apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
-fi
+need chromium test -x /usr/bin/chromium
 /usr/bin/chromium --version
 
 TARGET="${CARGO_TARGET_DIR:-$PWD/target}"

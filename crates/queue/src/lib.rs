@@ -44,8 +44,9 @@
 //! Those of beanstalkd 1.12's `doc/protocol.txt`, in milliseconds: ready jobs are reserved
 //! lowest priority first, then lowest id; TTR is at least one second and its last second is
 //! the safety margin (`DEADLINE_SOON`); a reservation that runs out returns the job to ready
-//! (at-least-once delivery); waiting reserves are served first come, first served; tubes
-//! are created on use and removed when empty and unreferenced (except `default`).
+//! (at-least-once delivery); a job that becomes ready goes to a client waiting on its tube,
+//! the one beanstalkd would pick (its waiters are taken round an array, not first come first
+//! served); tubes are created on use and removed when empty and unreferenced (except `default`).
 //!
 //! # Durability
 //!
