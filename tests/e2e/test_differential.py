@@ -321,6 +321,20 @@ SCENARIOS = {
         put("a", c=4), W(0.1), put("b", c=4), W(0.1), put("c", c=4), W(0.1),
         R(c=0), R(c=1), R(c=3), S("stats-tube default", c=4),
     ],
+    # beanstalkd serves waiters as each kicked job becomes ready, so a waiter gets the first
+    # job kicked (buried first, priority 100), not the most urgent (priority 1).
+    "kick-serves-a-waiter-in-kick-order": [
+        put("A", pri=100), put("B", pri=1), S("reserve-job 1"), S("bury 1 100"),
+        S("reserve-job 2"), S("bury 2 1"), S("reserve", n=0, c=1), W(0.05), S("kick 2"),
+        W(0.1), R(c=1), S("peek-ready"), S("stats-job 1"), S("stats-job 2"),
+    ],
+    # A hang-up returns the connection's jobs one at a time, in the order it reserved them,
+    # and a waiter is served as each comes back: it gets the first one reserved.
+    "hang-up-returns-jobs-in-reserve-order": [
+        put("A", pri=100), S("reserve", c=2), put("B", pri=1), S("reserve", c=2),
+        put("C", pri=50), S("reserve", c=2), S("reserve", n=0, c=1), W(0.05), X(2), W(0.2),
+        R(c=1), S("peek-ready"), S("stats-tube default"),
+    ],
     "pipelined-after-waiting-reserve": [
         B(b"reserve\r\nlist-tube-used\r\n", n=0), W(0.1), put("x", c=1), R(n=2),
     ],

@@ -97,6 +97,9 @@ struct SJob {
     /// The state its last durable change left, when that is no longer the live one: a
     /// `reserve-job` of a delayed or buried job that wrote nothing.
     kept: Option<S>,
+    /// When it was last handed out (the runner's count of reservations): a hang-up returns
+    /// its client's jobs in this order.
+    rseq: u64,
 }
 
 impl SJob {
@@ -151,6 +154,8 @@ struct Runner {
     /// so commands in between exercise loads racing with deletes and loads by id.
     pending_load: Option<(u64, Vec<JobRecord>)>,
     loads: u64,
+    /// Reservations so far (`SJob::rseq`).
+    handed_out: u64,
     t: u64,
     jobs: BTreeMap<JobId, SJob>,
     clients: BTreeMap<u8, SClient>,
@@ -212,6 +217,7 @@ pub fn run_queue_ops_config(ops: &[QueueOp], config: Config) -> Result<(), Strin
         config,
         pending_load: None,
         loads: 0,
+        handed_out: 0,
         t: 0,
         jobs: BTreeMap::new(),
         clients: BTreeMap::new(),
@@ -281,13 +287,18 @@ impl Runner {
                 if self.clients.remove(&c).is_none() {
                     return Ok(());
                 }
-                for job in self.jobs.values_mut() {
-                    if matches!(job.at(t), S::Reserved { owner, .. } if owner == c) {
-                        job.state = S::Ready;
-                    }
-                }
+                let mut held: Vec<(u64, JobId)> = self
+                    .jobs
+                    .iter()
+                    .filter(|(_, j)| matches!(j.at(t), S::Reserved { owner, .. } if owner == c))
+                    .map(|(&id, j)| (j.rseq, id))
+                    .collect();
+                held.sort_unstable();
+                let held: Vec<JobId> = held.into_iter().map(|(_, id)| id).collect();
                 self.engine.disconnect(t, ClientId(c.into()));
-                self.events()?;
+                // Back one at a time, in the order they were reserved, each served before the
+                // next comes back (as beanstalkd).
+                self.events_one_by_one(&held, |job| job.state = S::Ready)?;
             }
             QueueOp::Use(c, tube) => {
                 let Some(client) = self.clients.get_mut(&(c % CLIENTS)) else {
@@ -369,6 +380,7 @@ impl Runner {
                     hist,
                     stored: hist,
                     kept: None,
+                    rseq: 0,
                 };
                 self.jobs.insert(id, job);
                 self.events()?;
@@ -538,10 +550,8 @@ impl Runner {
                     .kick(t, ClientId(c.into()), bound.min(1000))
                     .map_err(|e| format!("kick: {e}"))?;
                 expect_eq("kicked", got, kicked.len() as u64)?;
-                for id in kicked {
-                    self.jobs.get_mut(&id).expect("kicked job").kick();
-                }
-                self.events()?;
+                // Each kicked job is served before the next is kicked (as beanstalkd).
+                self.events_one_by_one(&kicked, SJob::kick)?;
             }
             QueueOp::KickJob(pick) => {
                 let id = self.job_id(pick);
@@ -791,6 +801,8 @@ impl Runner {
                 deadline: t + job.ttr,
             };
             job.hist.reserves += 1;
+            self.handed_out += 1;
+            job.rseq = self.handed_out;
             Ok(())
         } else {
             Err(format!("job {id} handed out while {:?}", job.at(t)))
@@ -800,6 +812,44 @@ impl Runner {
     /// Checks the events of this instant and applies them to the shadow.
     fn events(&mut self) -> Result<(), String> {
         for event in self.engine.take_events() {
+            self.event(event)?;
+        }
+        Ok(())
+    }
+
+    /// Checks the events of an operation that makes the jobs of `order` ready one at a time
+    /// and serves waiting clients after each (a kick, a hang-up), applying `ready` to each job
+    /// as it comes back: a waiter must be served as soon as a job it may take is back, with
+    /// the most urgent of those back so far, before the next comes back.
+    fn events_one_by_one(&mut self, order: &[JobId], ready: fn(&mut SJob)) -> Result<(), String> {
+        let mut back = 0;
+        for event in self.engine.take_events() {
+            if matches!(event, Event::Reserved { .. }) {
+                while !self.a_waiter_can_be_served() {
+                    let Some(id) = order.get(back) else {
+                        return Err(format!("{event:?} with no job back for it"));
+                    };
+                    ready(self.jobs.get_mut(id).expect("a job coming back"));
+                    back += 1;
+                }
+            }
+            self.event(event)?;
+        }
+        for id in &order[back..] {
+            ready(self.jobs.get_mut(id).expect("a job coming back"));
+        }
+        Ok(())
+    }
+
+    fn a_waiter_can_be_served(&self) -> bool {
+        self.clients
+            .iter()
+            .any(|(&c, s)| s.waiting.is_some() && self.best_for(c).is_some())
+    }
+
+    /// Checks one event and applies it to the shadow.
+    fn event(&mut self, event: Event) -> Result<(), String> {
+        {
             match event {
                 Event::Reserved { client, job } => {
                     let c = client.0 as u8;

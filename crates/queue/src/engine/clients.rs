@@ -15,7 +15,7 @@ impl Engine {
             Client {
                 used: default,
                 watched: vec![default],
-                reserved: BTreeSet::new(),
+                reserved: BTreeMap::new(),
                 waiting: None,
                 producer: false,
                 worker: false,
@@ -36,11 +36,13 @@ impl Engine {
         let Some(c) = self.clients.remove(&client) else {
             return;
         };
-        for id in c.reserved {
+        // As beanstalkd: the jobs go back one at a time, in the order they were reserved, and
+        // each goes to a waiting client (if one watches its tube) before the next is back.
+        for id in c.reserved.into_values() {
             self.leave_state(id);
             self.enter_ready(id);
+            self.serve_deferred();
         }
-        self.serve_deferred();
         self.tube_mut(c.used).using -= 1;
         self.drop_if_unused(c.used);
         for tube in c.watched {

@@ -1,6 +1,6 @@
 //! [`Engine`]: the job state machine.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use rustc_hash::FxHashMap;
 use std::mem;
@@ -95,7 +95,10 @@ struct Job {
     timer: Option<TimerKey>,
     /// Reserved: the safety-margin warning has been handled.
     warned: bool,
-    bury_seq: u64,
+    /// Where it stands in its state's order, from `Engine::seq`: buried, its place in the
+    /// tube's bury order; reserved, in its owner's order of reservations (the order in which a
+    /// hang-up returns the owner's jobs, as beanstalkd's list of a connection's jobs).
+    state_seq: u64,
     body: Bytes,
     /// The idempotency key (its entry in `Engine::keys` lives as long as the job).
     key: Option<String>,
@@ -121,7 +124,7 @@ impl Job {
             owner: None,
             timer: None,
             warned: false,
-            bury_seq: 0,
+            state_seq: 0,
             body,
             key: None,
         }
@@ -144,7 +147,8 @@ impl Job {
 struct Client {
     used: TubeId,
     watched: Vec<TubeId>,
-    reserved: BTreeSet<JobId>,
+    /// The jobs it holds, by `Job::state_seq`: in the order it reserved them.
+    reserved: BTreeMap<u64, JobId>,
     waiting: Option<Wait>,
     producer: bool,
     worker: bool,

@@ -58,12 +58,12 @@ impl Engine {
         if let Some(timer) = job.timer.take() {
             self.wheel.remove(timer);
         }
-        let (tube, state, priority, deadline, bury_seq) = (
+        let (tube, state, priority, deadline, state_seq) = (
             job.tube,
             job.state,
             job.priority,
             job.deadline,
-            job.bury_seq,
+            job.state_seq,
         );
         let owner = job.owner.take();
         let t = self.tubes[tube as usize]
@@ -76,12 +76,12 @@ impl Engine {
                 t.due.remove(deadline);
             }
             JobState::Buried => {
-                t.buried.remove(&bury_seq);
+                t.buried.remove(&state_seq);
             }
             JobState::Reserved => {
                 t.reserved -= 1;
                 if let Some(c) = owner.and_then(|o| self.clients.get_mut(&o)) {
-                    c.reserved.remove(&id);
+                    c.reserved.remove(&state_seq);
                 }
             }
         }
@@ -114,7 +114,7 @@ impl Engine {
         let seq = self.seq;
         let job = self.job_mut(id);
         job.state = JobState::Buried;
-        job.bury_seq = seq;
+        job.state_seq = seq;
         let tube = job.tube;
         self.tube_mut(tube).buried.insert(seq, id);
     }
@@ -140,8 +140,11 @@ impl Engine {
         if job.state == JobState::Ready {
             self.tube_mut(tube).remove_ready(priority, id);
         }
+        self.seq += 1;
+        let seq = self.seq;
         let job = self.job_mut(id);
         job.state = JobState::Reserved;
+        job.state_seq = seq;
         job.owner = Some(client);
         job.history.reserves += 1;
         let view = JobView {
@@ -152,7 +155,7 @@ impl Engine {
         t.reserved += 1;
         t.reserves += 1;
         if let Some(c) = self.clients.get_mut(&client) {
-            c.reserved.insert(id);
+            c.reserved.insert(seq, id);
         }
         self.arm_reservation(id);
         view
@@ -187,7 +190,7 @@ impl Engine {
     pub(super) fn deadline_soon(&self, client: ClientId) -> bool {
         let now = self.now();
         self.clients.get(&client).is_some_and(|c| {
-            c.reserved.iter().any(|id| {
+            c.reserved.values().any(|id| {
                 self.jobs
                     .get(id)
                     .is_some_and(|j| j.deadline.saturating_sub(SAFETY_MARGIN_MS) <= now)

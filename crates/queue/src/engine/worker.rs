@@ -271,8 +271,10 @@ impl Engine {
             let Some(id) = next else { break };
             self.kick_one(id);
             kicked += 1;
+            // As beanstalkd: each kicked job goes to a waiting client (if one watches the
+            // tube) before the next is kicked, so waiters get jobs in kick order.
+            self.serve_deferred();
         }
-        self.serve_deferred();
         Ok(kicked)
     }
 
