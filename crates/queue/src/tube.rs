@@ -2,6 +2,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use rustc_hash::FxHashMap;
+
 use tickwheel_core::TimerKey;
 
 use crate::due::DueCounts;
@@ -30,6 +32,9 @@ pub(crate) struct Tube {
     /// Clients waiting in `reserve` while watching this tube, as beanstalkd keeps them: an
     /// array a waiter is appended to and swap-removed from (the last one takes its place).
     pub(crate) waiters: Vec<ClientId>,
+    /// Each waiter's index in `waiters`, so that a waiter leaves in O(1) however many wait
+    /// (beanstalkd searches the array).
+    waiter_at: FxHashMap<ClientId, usize>,
     /// Where the next waiter is taken from (beanstalkd's `Ms.last`): a cursor that moves on
     /// past each waiter taken, so waiters are served round the array, not first come first
     /// served.
@@ -65,6 +70,7 @@ impl Tube {
             using: 0,
             watching: 0,
             waiters: Vec::new(),
+            waiter_at: FxHashMap::default(),
             take_at: 0,
             total_jobs: 0,
             reserves: 0,
@@ -90,12 +96,18 @@ impl Tube {
     }
 
     pub(crate) fn add_waiter(&mut self, client: ClientId) {
-        self.waiters.push(client);
+        if let std::collections::hash_map::Entry::Vacant(at) = self.waiter_at.entry(client) {
+            at.insert(self.waiters.len());
+            self.waiters.push(client);
+        }
     }
 
     pub(crate) fn remove_waiter(&mut self, client: ClientId) {
-        if let Some(i) = self.waiters.iter().position(|&c| c == client) {
+        if let Some(i) = self.waiter_at.remove(&client) {
             self.waiters.swap_remove(i);
+            if let Some(&moved) = self.waiters.get(i) {
+                self.waiter_at.insert(moved, i);
+            }
         }
     }
 
@@ -106,7 +118,9 @@ impl Tube {
         }
         let i = self.take_at % self.waiters.len();
         self.take_at = i + 1;
-        Some(self.waiters.swap_remove(i))
+        let client = self.waiters[i];
+        self.remove_waiter(client);
+        Some(client)
     }
 
     /// No job of any kind and nobody referring to it: the tube can go.
@@ -119,5 +133,69 @@ impl Tube {
             && self.using == 0
             && self.watching == 0
             && self.waiters.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// beanstalkd's `Ms` as it is written: an array searched linearly, swap-removal, and a
+    /// cursor for `ms_take`.
+    #[derive(Default)]
+    struct Ms {
+        items: Vec<ClientId>,
+        last: usize,
+    }
+
+    impl Ms {
+        fn remove(&mut self, c: ClientId) {
+            if let Some(i) = self.items.iter().position(|&x| x == c) {
+                self.items.swap_remove(i);
+            }
+        }
+
+        fn take(&mut self) -> Option<ClientId> {
+            if self.items.is_empty() {
+                return None;
+            }
+            self.last %= self.items.len();
+            let c = self.items.swap_remove(self.last);
+            self.last += 1;
+            Some(c)
+        }
+    }
+
+    proptest! {
+        /// The tube's waiters (with their index map) stay the array beanstalkd would have,
+        /// and hand out the same waiter at every take.
+        #[test]
+        fn waiters_follow_beanstalkds_array(ops in prop::collection::vec((0u8..3, 0u64..12), 0..300)) {
+            let mut tube = Tube::new(TubeName::default_tube());
+            let mut ms = Ms::default();
+            for (op, client) in ops {
+                let client = ClientId(client);
+                match op {
+                    0 => {
+                        tube.add_waiter(client);
+                        if !ms.items.contains(&client) {
+                            ms.items.push(client);
+                        }
+                    }
+                    1 => {
+                        tube.remove_waiter(client);
+                        ms.remove(client);
+                    }
+                    _ => prop_assert_eq!(tube.take_waiter(), ms.take()),
+                }
+                prop_assert_eq!(&tube.waiters, &ms.items);
+                for (i, c) in tube.waiters.iter().enumerate() {
+                    prop_assert_eq!(tube.waiter_at.get(c), Some(&i));
+                }
+                prop_assert_eq!(tube.waiter_at.len(), tube.waiters.len());
+            }
+        }
     }
 }
