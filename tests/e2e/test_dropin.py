@@ -285,7 +285,8 @@ def syncs_during_puts(binary, flags, workdir, puts=20):
     proc = subprocess.Popen(
         ["strace", "-f", "-qq", "-e", "trace=fsync,fdatasync", "-o", trace, binary,
          "-l", "127.0.0.1", "-p", str(port), "-b", os.path.join(data, "jobs"), *flags],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        start_new_session=True)  # strace and the server in one group, killed together
     try:
         wait_accepting(proc, port)
         c = Conn(port)
@@ -301,7 +302,8 @@ def syncs_during_puts(binary, flags, workdir, puts=20):
         c.close()
         return during
     finally:
-        proc.kill()
+        # Killing strace alone would leave the server running, detached.
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
 
 
