@@ -237,11 +237,17 @@ impl<'a> Args<'a> {
     /// An unsigned decimal: optional leading spaces, then at least one digit, then a space
     /// or the end of the line.
     fn u64(&mut self) -> Result<u64, LineError> {
+        let value = self.number()?;
+        self.separator()?;
+        Ok(value)
+    }
+
+    /// Optional leading spaces, then at least one digit; what follows is not looked at.
+    fn number(&mut self) -> Result<u64, LineError> {
         let rest = self.skip_spaces();
         let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
         let value = decimal(&rest[..digits]).ok_or(LineError::BadFormat)?;
         self.0 = &rest[digits..];
-        self.separator()?;
         Ok(value)
     }
 
@@ -252,11 +258,7 @@ impl<'a> Args<'a> {
     /// `put`'s length, read as beanstalkd reads it: a number as for [`u32`](Self::u32), but
     /// what follows is left for the caller to judge.
     fn last_u32(&mut self) -> Result<u32, LineError> {
-        let rest = self.skip_spaces();
-        let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-        let value = decimal(&rest[..digits]).ok_or(LineError::BadFormat)?;
-        self.0 = &rest[digits..];
-        u32::try_from(value).map_err(|_| LineError::BadFormat)
+        u32::try_from(self.number()?).map_err(|_| LineError::BadFormat)
     }
 
     /// `reserve-with-timeout`'s argument, read as beanstalkd reads it: C's `strtol` (leading
