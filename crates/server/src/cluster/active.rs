@@ -126,8 +126,8 @@ pub(crate) struct ClaimOutcome {
 }
 
 /// Claims and holder-checked deletes from all of a node's clients, gathered into one
-/// statement per round trip: the thread of each kind ([`Batcher::THREADS`]) takes every request
-/// queued while its previous statement ran (up to [`Batcher::MAX`]), so many reservers and
+/// statement per round trip: each of [`Batcher::THREADS`] threads per kind takes every request
+/// queued while the previous statement ran (up to [`Batcher::MAX`]), so many reservers and
 /// deleters share a round trip and a node connection instead of each waiting for one of
 /// their own. Threads end when the node's state is dropped.
 struct Batcher {
@@ -138,13 +138,13 @@ struct Batcher {
 impl Batcher {
     /// Statements in flight per kind (the node has [`tickwheel_pg::NODE_CONNECTIONS`]).
     ///
-    /// One: every request queued while a statement runs goes into the next one. Three (the
-    /// value before session 19) sent 1.6 times as many claim statements for the same jobs, each
-    /// its own transaction and WAL flush, and the database spent more CPU on them than the
-    /// overlap saved: at 10 000 due jobs/s through 3 nodes, 22.4k claim statements of 2.3 rows
-    /// against 14.1k of 3.6, p50 lateness 2–5 times lower, put/reserve/delete cycles not told
-    /// apart (ADR 0008, session 19).
-    const THREADS: usize = 1;
+    /// Two: each statement carries every request queued while the other ran, and one can wait
+    /// for its WAL flush while the next executes. Measured with 1, 2 and 3 (3 was the value
+    /// before session 19; ADR 0008, session 19): at 10 000 due jobs/s through 3 nodes, 22.4k
+    /// claim statements for 50 000 jobs with 3, 19.2k with 2, 14.1k with 1, each its own
+    /// transaction; p99 lateness at 5 000/s lowest with 2, at 10 000/s the same with 1 or 2;
+    /// put/reserve/delete cycles not told apart.
+    const THREADS: usize = 2;
     /// Requests per statement at most.
     const MAX: usize = 256;
 
