@@ -80,6 +80,33 @@ fn deadline_soon_reaches_a_waiting_worker() {
 }
 
 #[test]
+fn deadline_soon_lasts_while_a_held_job_is_in_its_margin() {
+    let mut e = engine();
+    let x = put(&mut e, 0, 0, 0, 2_000, "x");
+    let y = put(&mut e, 0, 0, 0, 10_000, "y");
+    for _ in 0..2 {
+        assert!(matches!(e.reserve(0, B, Some(0)), Reserve::Job(_)));
+    }
+    assert_eq!(e.reserve(999, B, Some(0)), Reserve::TimedOut);
+    assert_eq!(e.reserve(1_000, B, Some(0)), Reserve::DeadlineSoon); // x's last second
+                                                                     // A touch starts x's TTR again: out of the margin until 2.5 s.
+    assert_eq!(e.touch(1_500, B, x), Ok(()));
+    assert_eq!(e.reserve(1_500, B, Some(0)), Reserve::TimedOut);
+    assert_eq!(e.reserve(2_500, B, Some(0)), Reserve::DeadlineSoon);
+    // A job leaving the client in its margin takes the warning with it.
+    assert_eq!(e.bury(2_600, B, x, 0), Ok(()));
+    assert_eq!(e.reserve(2_600, B, Some(0)), Reserve::TimedOut);
+    assert_eq!(e.reserve(9_000, B, Some(0)), Reserve::DeadlineSoon); // y's last second
+    assert_eq!(e.delete(9_100, B, y), Ok(()));
+    assert_eq!(e.reserve(9_100, B, Some(0)), Reserve::TimedOut);
+    // Reserved again (kicked), x is not in a margin until its new TTR's last second.
+    assert_eq!(e.kick(9_200, B, 1), Ok(1));
+    assert!(matches!(e.reserve(9_200, B, Some(0)), Reserve::Job(j) if j.id == x));
+    assert_eq!(e.reserve(10_199, B, Some(0)), Reserve::TimedOut);
+    assert_eq!(e.reserve(10_200, B, Some(0)), Reserve::DeadlineSoon);
+}
+
+#[test]
 fn reserve_with_timeout_times_out_exactly() {
     let mut e = engine();
     assert_eq!(e.reserve(0, B, Some(1_500)), Reserve::Waiting);

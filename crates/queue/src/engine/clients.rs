@@ -16,6 +16,7 @@ impl Engine {
                 used: default,
                 watched: vec![default],
                 reserved: BTreeMap::new(),
+                warned: 0,
                 waiting: None,
                 producer: false,
                 worker: false,

@@ -149,6 +149,9 @@ struct Client {
     watched: Vec<TubeId>,
     /// The jobs it holds, by `Job::state_seq`: in the order it reserved them.
     reserved: BTreeMap<u64, JobId>,
+    /// How many of `reserved` are in their safety margin (`Job::warned`): `reserve` answers
+    /// `DEADLINE_SOON` from this count, without visiting every job the client holds.
+    warned: usize,
     waiting: Option<Wait>,
     producer: bool,
     worker: bool,

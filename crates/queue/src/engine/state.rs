@@ -30,11 +30,11 @@ impl Engine {
                         .insert(deadline.saturating_add(1), Timer::Job(id)),
                 );
                 if let Some(owner) = owner {
-                    if self
-                        .clients
-                        .get(&owner)
-                        .is_some_and(|c| c.waiting.is_some())
-                    {
+                    let Some(c) = self.clients.get_mut(&owner) else {
+                        return;
+                    };
+                    c.warned += 1;
+                    if c.waiting.is_some() {
                         self.end_wait(owner);
                         self.events.push(Event::DeadlineSoon { client: owner });
                     }
@@ -65,6 +65,8 @@ impl Engine {
             job.deadline,
             job.state_seq,
         );
+        // Only a reserved job is ever warned (counted in its owner's `Client::warned`).
+        let warned = mem::take(&mut job.warned);
         let owner = job.owner.take();
         let t = self.tubes[tube as usize]
             .as_mut()
@@ -82,6 +84,7 @@ impl Engine {
                 t.reserved -= 1;
                 if let Some(c) = owner.and_then(|o| self.clients.get_mut(&o)) {
                     c.reserved.remove(&state_seq);
+                    c.warned -= usize::from(warned);
                 }
             }
         }
@@ -169,7 +172,12 @@ impl Engine {
             self.wheel.remove(timer);
         }
         job.deadline = now.saturating_add(job.ttr);
-        job.warned = false;
+        if mem::take(&mut job.warned) {
+            // A touch in the safety margin: the owner holds one warned job fewer.
+            if let Some(c) = job.owner.and_then(|o| self.clients.get_mut(&o)) {
+                c.warned -= 1;
+            }
+        }
         let warn_at = job.deadline.saturating_sub(SAFETY_MARGIN_MS).max(now);
         job.timer = Some(self.wheel.insert(warn_at, Timer::Job(id)));
     }
@@ -186,16 +194,24 @@ impl Engine {
             .map(|(_, id)| id)
     }
 
-    /// Does the client hold a job in its safety margin?
+    /// Does the client hold a job in its safety margin? O(1): once the engine has advanced to
+    /// now, a held job's margin has started exactly when its warning timer has fired.
     pub(super) fn deadline_soon(&self, client: ClientId) -> bool {
-        let now = self.now();
-        self.clients.get(&client).is_some_and(|c| {
-            c.reserved.values().any(|id| {
-                self.jobs
+        let Some(c) = self.clients.get(&client) else {
+            return false;
+        };
+        debug_assert_eq!(
+            c.warned,
+            c.reserved
+                .values()
+                .filter(|id| self
+                    .jobs
                     .get(id)
-                    .is_some_and(|j| j.deadline.saturating_sub(SAFETY_MARGIN_MS) <= now)
-            })
-        })
+                    .is_some_and(|j| { j.deadline.saturating_sub(SAFETY_MARGIN_MS) <= self.now() }))
+                .count(),
+            "warned jobs counted against their deadlines"
+        );
+        c.warned > 0
     }
 
     /// Gives ready jobs to waiting clients as beanstalkd's `process_queue` does: while one of
