@@ -88,15 +88,17 @@ fn deadline_soon_lasts_while_a_held_job_is_in_its_margin() {
         assert!(matches!(e.reserve(0, B, Some(0)), Reserve::Job(_)));
     }
     assert_eq!(e.reserve(999, B, Some(0)), Reserve::TimedOut);
-    assert_eq!(e.reserve(1_000, B, Some(0)), Reserve::DeadlineSoon); // x's last second
-                                                                     // A touch starts x's TTR again: out of the margin until 2.5 s.
+    // x's last second.
+    assert_eq!(e.reserve(1_000, B, Some(0)), Reserve::DeadlineSoon);
+    // A touch starts x's TTR again: out of the margin until 2.5 s.
     assert_eq!(e.touch(1_500, B, x), Ok(()));
     assert_eq!(e.reserve(1_500, B, Some(0)), Reserve::TimedOut);
     assert_eq!(e.reserve(2_500, B, Some(0)), Reserve::DeadlineSoon);
     // A job leaving the client in its margin takes the warning with it.
     assert_eq!(e.bury(2_600, B, x, 0), Ok(()));
     assert_eq!(e.reserve(2_600, B, Some(0)), Reserve::TimedOut);
-    assert_eq!(e.reserve(9_000, B, Some(0)), Reserve::DeadlineSoon); // y's last second
+    // y's last second.
+    assert_eq!(e.reserve(9_000, B, Some(0)), Reserve::DeadlineSoon);
     assert_eq!(e.delete(9_100, B, y), Ok(()));
     assert_eq!(e.reserve(9_100, B, Some(0)), Reserve::TimedOut);
     // Reserved again (kicked), x is not in a margin until its new TTR's last second.
