@@ -9,12 +9,6 @@ use tickwheel_store::Durability;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
-/// A durable delayed-job server that speaks the beanstalkd protocol.
-///
-/// Flags mean what they mean to beanstalkd: without `-b` jobs live in memory only, as in
-/// beanstalkd. With `-b DIR` jobs are stored in DIR and, unlike beanstalkd, every change is
-/// fsynced before it is acknowledged; `-f MS` acknowledges before the fsync (fsync at most every
-/// MS ms, as beanstalkd's default -f 50) and `-F` never fsyncs.
 /// How the nodes of one PostgreSQL schema share the work (`--postgres-mode`).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum PgMode {
@@ -24,6 +18,12 @@ enum PgMode {
     ActiveActive,
 }
 
+/// A durable delayed-job server that speaks the beanstalkd protocol.
+///
+/// Flags mean what they mean to beanstalkd: without `-b` jobs live in memory only, as in
+/// beanstalkd. With `-b DIR` jobs are stored in DIR and, unlike beanstalkd, every change is
+/// fsynced before it is acknowledged; `-f MS` acknowledges before the fsync (fsync at most every
+/// MS ms, as beanstalkd's default -f 50) and `-F` never fsyncs.
 #[derive(clap::Parser, Debug)]
 // `args_override_self`: a flag given twice means its last value, as beanstalkd's option loop
 // reads it (`-p 1 -p 11300` listens on 11300); clap would refuse the repeat otherwise.
