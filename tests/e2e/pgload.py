@@ -21,10 +21,10 @@ def listening(port):
         return False
 
 
-def start_active_nodes(url, log_dir, count=3):
-    """Starts `count` tickwheel-server nodes in active-active mode on database `url`; returns
-    them once every one accepts connections."""
-    nodes = [tickwheel_pg_process(url, log_dir, ["--postgres-mode", "active-active"],
+def start_active_nodes(url, log_dir, count=3, extra=()):
+    """Starts `count` tickwheel-server nodes in active-active mode on database `url` (with
+    the `extra` flags); returns them once every one accepts connections."""
+    nodes = [tickwheel_pg_process(url, log_dir, ["--postgres-mode", "active-active", *extra],
                                   name=f"node{i}") for i in range(count)]
     for n in nodes:
         n.start()

@@ -12,6 +12,9 @@ delays, kill -9 of one node in the middle and its restart:
   on the killed node (its lease ran out) or that holder's delete answered NOT_FOUND (its
   lease had run out first); no two deliveries both end in DELETED.
 
+Run with both `--postgres-claim-commit` settings: `async` claims skip only their WAL flush
+(what a crash of PostgreSQL itself could lose), so a node's kill -9 finds the same guarantees.
+
 Scale: TICKWHEEL_PG_JOBS (default 3000) jobs.
 """
 
@@ -22,17 +25,19 @@ import time
 
 import greenstalk
 import psycopg
+import pytest
 
 from pgload import left_over, listening, produce, start_active_nodes, wait_drained
 
 TTR = 3
 
 
-def test_three_active_nodes_kill_and_restart(workdir, pg_cluster):
+@pytest.mark.parametrize("claim_commit", ["sync", "async"])
+def test_three_active_nodes_kill_and_restart(workdir, pg_cluster, claim_commit):
     url = pg_cluster.create_db()
     total = int(os.environ.get("TICKWHEEL_PG_JOBS", "3000"))
     producers, consumers = 10, 10
-    nodes = start_active_nodes(url, workdir)
+    nodes = start_active_nodes(url, workdir, extra=["--postgres-claim-commit", claim_commit])
 
     lock = threading.Lock()
     acked = {}          # body -> (time before put was sent, delay)

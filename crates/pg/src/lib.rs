@@ -83,6 +83,16 @@ pub struct PgOptions {
     /// active-active`): each claims jobs in the database ([`Node`]). Off (the default), one
     /// node serves and the others wait as standbys ([`ActiveLock`]).
     pub active_active: bool,
+    /// Active-active claims commit without waiting for their WAL flush
+    /// (`synchronous_commit = off` for the claim's transaction alone; `--postgres-claim-commit
+    /// async`): a reserve no longer waits for the database's disk. The price: if PostgreSQL
+    /// itself crashes, claims of its last moments (at most 3 × `wal_writer_delay`, 600 ms by
+    /// default) may be lost, so those jobs can be handed out once more after its restart, as
+    /// beanstalkd hands out again every job reserved before its own restart. Nothing
+    /// acknowledged is lost: puts, deletes and every other write stay synchronous, and each
+    /// flushes the claims committed before it. Off (the default): a client hears `RESERVED`
+    /// only once its claim is on disk. See [`Node::claim`].
+    pub async_claims: bool,
 }
 
 impl PgOptions {
@@ -93,6 +103,7 @@ impl PgOptions {
             schema: SchemaName::default_name(),
             retry: Duration::from_secs(30),
             active_active: false,
+            async_claims: false,
         }
     }
 }

@@ -229,6 +229,11 @@ impl NodeSql {
         // One more of a job's counter (migration 4: NULL is 0; u32 at most, as in the engine).
         let [reserves_up, timeouts_up, releases_up, buries_up, kicks_up] =
             ["reserves", "timeouts", "releases", "buries", "kicks"].map(crate::count_up);
+        let claim_commit = if options.async_claims {
+            ", set_config('synchronous_commit', 'off', true) AS sync"
+        } else {
+            ""
+        };
         // Held by holder $2 under a live lease.
         let held = format!("j.state = 3 AND j.holder = $2 AND j.lease_until_ms > {s}.now_ms()");
         // Announce the ids of `x` (one notification per IDS_PER_NOTE ids) and return them as
@@ -248,8 +253,10 @@ impl NodeSql {
             // earlier time, which can only make a job look less due, never early.
             // The main query reads the snapshot from before the UPDATE (a statement does not
             // see its own CTEs' writes), which says why a claim lost.
+            // With `async_claims`, `set_config(…, true)` is `SET LOCAL synchronous_commit =
+            // off` for the claim's own transaction (the setting is read at its commit).
             claim: format!(
-                "WITH t AS MATERIALIZED (SELECT {s}.now_ms() AS now),
+                "WITH t AS MATERIALIZED (SELECT {s}.now_ms() AS now{claim_commit}),
                  c AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS c(id, holder)),
                  w AS (
                      UPDATE {s}.jobs j SET state = 3, holder = c.holder,
@@ -470,25 +477,26 @@ impl Node {
         })
     }
 
-    /// The `plan_cache_mode` of every node connection open now (a test hook: each runs its
-    /// statements on generic plans, [`GENERIC_PLANS`]).
+    /// The value of setting `name` on every node connection open now (a test hook: each runs
+    /// its statements on generic plans, [`GENERIC_PLANS`], and a claim's
+    /// `synchronous_commit = off` ends with its transaction, [`PgOptions::async_claims`]).
     ///
     /// # Errors
     ///
     /// Database errors.
     #[doc(hidden)]
-    pub fn plan_cache_modes(&self) -> Result<Vec<String>, PgError> {
-        let mut modes = Vec::new();
+    pub fn settings(&self, name: &str) -> Result<Vec<String>, PgError> {
+        let mut values = Vec::new();
         for slot in &self.clients {
             let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(conn) = guard.as_mut() {
                 let row = conn
                     .client
-                    .query_one("SELECT current_setting('plan_cache_mode')", &[])?;
-                modes.push(row.get(0));
+                    .query_one("SELECT current_setting($1)", &[&name])?;
+                values.push(row.get(0));
             }
         }
-        Ok(modes)
+        Ok(values)
     }
 
     /// This node's id (unique among the schema's nodes, never reused).
@@ -499,6 +507,12 @@ impl Node {
     /// The job ids this node's engine may give out (disjoint from every other node's).
     pub fn ids(&self) -> Range<u64> {
         self.ids.clone()
+    }
+
+    /// Whether this node's claims commit without waiting for their WAL flush
+    /// ([`PgOptions::async_claims`]).
+    pub fn async_claims(&self) -> bool {
+        self.options.async_claims
     }
 
     /// A holder number for client `client` of this node: the node id in the high 32 bits,
@@ -554,6 +568,10 @@ impl Node {
     /// and due; or reserved under a lapsed lease) and whose tube is not paused, in one
     /// statement. Returns the claims that won and, for the others, why they lost; a job asked
     /// for twice is claimed at most once.
+    ///
+    /// The claim is on disk when this returns, unless [`PgOptions::async_claims`] is set:
+    /// then it commits without waiting for the WAL flush (visible to every node at once,
+    /// durable with the next synchronous commit or the WAL writer's next flush).
     ///
     /// # Errors
     ///

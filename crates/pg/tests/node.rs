@@ -189,9 +189,21 @@ fn a_put_on_one_node_is_claimed_through_another_and_only_the_holder_acts_on_it()
 /// claimed exactly once.
 #[test]
 fn racing_claims_give_every_job_exactly_one_holder() {
-    let Some((_cluster, options)) = setup() else {
+    racing_claims(false);
+}
+
+/// The same with claims that commit before their WAL flush (`PgOptions::async_claims`):
+/// visibility and row locks are the commit's, so still one holder each.
+#[test]
+fn racing_async_claims_give_every_job_exactly_one_holder() {
+    racing_claims(true);
+}
+
+fn racing_claims(async_claims: bool) {
+    let Some((_cluster, mut options)) = setup() else {
         return;
     };
+    options.async_claims = async_claims;
     let first = Node::join(&options).expect("join");
     let store = PgStore::open(&options).expect("open");
     let base = first.ids().start;
@@ -776,7 +788,7 @@ fn every_node_connection_plans_its_statements_once() {
             });
         }
     });
-    let modes = node.plan_cache_modes().expect("modes");
+    let modes = node.settings("plan_cache_mode").expect("modes");
     assert!(!modes.is_empty());
     assert!(
         modes.iter().all(|m| m == "force_generic_plan"),
@@ -854,4 +866,109 @@ fn every_node_counts_a_jobs_history_in_the_database() {
     commit(0);
     commit(1);
     assert_eq!(history(&store).kicks, 2);
+}
+
+/// The WAL flushes (`pg_stat_wal.wal_sync`) counted for the client backends that have
+/// exited, once none but this connection's is left (a backend's counts reach the shared
+/// statistics when it exits).
+fn wal_syncs_once_alone(admin: &mut Client) -> i64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let others: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .expect("activity")
+            .get(0);
+        if others == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{others} backends did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    admin
+        .query_one("SELECT wal_sync FROM pg_stat_wal", &[])
+        .expect("pg_stat_wal")
+        .get(0)
+}
+
+/// `async_claims`: a claim commits without a WAL flush of its own, and the setting ends with
+/// the claim's transaction (the node's connections keep `synchronous_commit = on`, so a
+/// delete, an acknowledged write, still waits for its flush); default claims flush. Counted
+/// in `pg_stat_wal.wal_sync` with the WAL writer slowed to one flush per 10 s, so the async
+/// claims' WAL reaches the disk only with a later flush.
+#[test]
+fn async_claims_skip_their_wal_flush_and_deletes_keep_theirs() {
+    let Some((cluster, options)) = setup() else {
+        return;
+    };
+    let mut admin = Client::connect(&cluster.url(), NoTls).expect("connect");
+    for sql in [
+        "ALTER SYSTEM SET wal_writer_delay = '10s'",
+        "SELECT pg_reload_conf()",
+    ] {
+        admin.batch_execute(sql).expect("slow WAL writer");
+    }
+    const N: u64 = 100;
+    let mut async_options = options.clone();
+    async_options.async_claims = true;
+    // Ids from the first node's block: N claimed by sync claims, N by async ones, N deleted.
+    let base = Node::join(&options).expect("join").ids().start;
+    {
+        let store = PgStore::open(&options).expect("open").shared();
+        put(
+            &store,
+            (base..base + 3 * N)
+                .map(|id| job(id, "t", DurableState::Ready, 60_000))
+                .collect(),
+        );
+    }
+    // The flushes of one node's life: join, `act` on each of its N ids, leave.
+    let mut syncs = wal_syncs_once_alone(&mut admin);
+    let mut life = |options: &PgOptions, act: &dyn Fn(&Node, u64)| -> i64 {
+        let node = Node::join(options).expect("join");
+        for id in 0..N {
+            act(&node, id);
+        }
+        drop(node);
+        let now = wal_syncs_once_alone(&mut admin);
+        std::mem::replace(&mut syncs, now)
+            .checked_sub(now)
+            .map_or(0, |d| -d)
+    };
+    let joined = life(&options, &|_, _| {});
+    let claim = |first: u64| {
+        move |node: &Node, i: u64| {
+            let id = first + i;
+            let claims = node.claim(&[(id, node.holder(1))]).expect("claim");
+            assert_eq!(claims.won.len(), 1, "job {id} claimed");
+        }
+    };
+    let sync_claims = life(&options, &claim(base)) - joined;
+    let check = claim(base + N);
+    let async_claims = life(&async_options, &|node, i| {
+        check(node, i);
+        let values = node.settings("synchronous_commit").expect("settings");
+        assert!(values.iter().all(|v| v == "on"), "{values:?} after a claim");
+    }) - joined;
+    let deletes = life(&async_options, &|node, i| {
+        assert!(node
+            .delete(node.holder(1), base + 2 * N + i)
+            .expect("delete"));
+    }) - joined;
+    let n = i64::try_from(N).expect("small");
+    assert!(
+        sync_claims >= n / 2,
+        "{sync_claims} WAL flushes for {N} synchronous claims"
+    );
+    assert!(
+        async_claims <= n / 10,
+        "{async_claims} WAL flushes for {N} async claims"
+    );
+    assert!(
+        deletes >= n / 2,
+        "{deletes} WAL flushes for {N} deletes beside async claims"
+    );
 }

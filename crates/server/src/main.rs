@@ -18,6 +18,15 @@ enum PgMode {
     ActiveActive,
 }
 
+/// When a claim tells its client `RESERVED` (`--postgres-claim-commit`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum ClaimCommit {
+    /// Once the claim is on the database's disk.
+    Sync,
+    /// Once the claim is committed, before its WAL flush.
+    Async,
+}
+
 /// A durable delayed-job server that speaks the beanstalkd protocol.
 ///
 /// Flags mean what they mean to beanstalkd: without `-b` jobs live in memory only, as in
@@ -109,6 +118,20 @@ struct Args {
         requires = "postgres"
     )]
     postgres_mode: PgMode,
+    /// With --postgres-mode active-active: `sync` (RESERVED once the claim is on the
+    /// database's disk) or `async` (once it is committed, without waiting for the WAL flush:
+    /// reserves wait less, but jobs reserved in the last moments before a crash of PostgreSQL
+    /// itself, up to 3 × wal_writer_delay, can be handed out again after its restart, as
+    /// beanstalkd hands out again every reserved job after its own restart). Every other
+    /// write stays synchronous.
+    #[arg(
+        long,
+        value_name = "COMMIT",
+        value_enum,
+        default_value_t = ClaimCommit::Sync,
+        requires = "postgres"
+    )]
+    postgres_claim_commit: ClaimCommit,
     /// Maximum job size in bytes (at most 1073741824: larger values are lowered to it, as
     /// beanstalkd does).
     #[arg(short = 'z', value_name = "BYTES", default_value_t = 65_535, value_parser = c_size, allow_hyphen_values = true)]
@@ -314,6 +337,7 @@ fn main() -> anyhow::Result<()> {
             schema: SchemaName::new(&args.postgres_schema)?,
             retry: std::time::Duration::from_secs(args.postgres_retry_secs),
             active_active: args.postgres_mode == PgMode::ActiveActive,
+            async_claims: args.postgres_claim_commit == ClaimCommit::Async,
         }),
         None => None,
     };

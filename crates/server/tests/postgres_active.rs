@@ -161,11 +161,26 @@ async fn a_reserve_on_one_node_claims_a_job_put_through_another_and_its_delete_c
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_reservers_on_two_nodes_never_share_a_job() {
+    racing_reservers(false).await;
+}
+
+/// The same with claims that do not wait for their WAL flush (`--postgres-claim-commit
+/// async`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_reservers_with_async_claims_never_share_a_job() {
+    racing_reservers(true).await;
+}
+
+async fn racing_reservers(async_claims: bool) {
     let Some(cluster) = cluster_for_test() else {
         return;
     };
-    let one = Running::open(&config(&cluster)).await;
-    let two = Running::open(&config(&cluster)).await;
+    let mut config = config(&cluster);
+    if let Some(options) = config.postgres.as_mut() {
+        options.async_claims = async_claims;
+    }
+    let one = Running::open(&config).await;
+    let two = Running::open(&config).await;
     let mut producer = one.client().await;
     const JOBS: usize = 120;
     let mut put = Vec::new();
