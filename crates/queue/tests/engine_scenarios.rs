@@ -466,3 +466,36 @@ fn operations_on_far_jobs_ask_for_a_load_and_then_run() {
     e.skip_load(Load::Widen);
     assert_eq!(e.kick(0, A, 1), Ok(0), "skipped: runs on what is in memory");
 }
+
+/// `delete_stored` (a node whose database deleted the job first) is `delete` without the
+/// store's change: the same answers, states and counters.
+#[test]
+fn delete_stored_is_delete_without_its_change() {
+    let mut plain = engine();
+    let mut stored = engine();
+    for e in [&mut plain, &mut stored] {
+        put(e, 0, 1, 0, 10_000, "held by B");
+        put(e, 0, 2, 0, 10_000, "ready");
+        put(e, 0, 1, 5_000, 10_000, "delayed");
+        assert!(matches!(e.reserve(0, B, Some(0)), Reserve::Job(job) if job.id == 1));
+        e.take_changes();
+    }
+    // Not the holder, and no such job: refused by both, nothing recorded.
+    for (client, id) in [(A, 1), (B, 99)] {
+        assert_eq!(plain.delete(10, client, id), Err(Error::NotFound));
+        assert_eq!(stored.delete_stored(10, client, id), Err(Error::NotFound));
+    }
+    for (now, client, id) in [(20, B, 1), (30, A, 2), (40, A, 3)] {
+        assert_eq!(plain.delete(now, client, id), Ok(()));
+        assert_eq!(stored.delete_stored(now, client, id), Ok(()));
+        assert_eq!(plain.take_changes(), [Change::Delete { id }]);
+        assert_eq!(stored.take_changes(), []);
+        assert_eq!(stored.job_state(id), None);
+        assert_eq!(plain.stats(), stored.stats());
+        assert_eq!(
+            plain.stats_tube(now, &tube("default")),
+            stored.stats_tube(now, &tube("default"))
+        );
+    }
+    assert_eq!(stored.stats().cmd.delete, 5);
+}

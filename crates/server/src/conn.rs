@@ -257,8 +257,21 @@ async fn in_cluster<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 reply,
                 Some(Reply::Deleted | Reply::Released | Reply::Buried | Reply::Touched)
             ) {
-                // The cache follows; its answer does not count (the database's does).
-                let _ = execute(shared, client, command.clone());
+                // The cache follows; its answer does not count (the database's does). A delete
+                // writes nothing more: the database has deleted the row.
+                match command {
+                    Command::Delete(id) => {
+                        let now = shared.now();
+                        let (_, deleted) =
+                            shared.apply(|engine| engine.delete_stored(now, client, *id));
+                        if deleted.is_ok() {
+                            shared.count_record_written();
+                        }
+                    }
+                    _ => {
+                        let _ = execute(shared, client, command.clone());
+                    }
+                }
             }
             Ok(reply)
         }

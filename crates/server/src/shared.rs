@@ -249,6 +249,13 @@ impl Shared {
         self.binlog_records.load(Ordering::Relaxed)
     }
 
+    /// Counts one job record written for this server without passing through its store (an
+    /// active-active node's holder-checked delete, run in the database itself), as
+    /// `binlog-records-written` counts the store's.
+    pub(crate) fn count_record_written(&self) {
+        self.binlog_records.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Whole seconds since the server started, by its clock.
     pub(crate) fn uptime(&self) -> u64 {
         self.clock

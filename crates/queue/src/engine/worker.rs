@@ -116,6 +116,38 @@ impl Engine {
         Ok(())
     }
 
+    /// [`delete`](Self::delete) of a job its store has deleted already: the engine follows
+    /// (the client's reservation, the job, the tube's `cmd-delete`) and records no
+    /// [`Change`] for the store. For a node sharing a PostgreSQL schema with others, which
+    /// deletes in the database first, checked against the holder: writing the delete again
+    /// would cost the database a statement that finds nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`delete`](Self::delete).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use tickwheel_queue::{ClientId, Config, Engine};
+    ///
+    /// let mut engine = Engine::new(Config::default(), 0);
+    /// let id = engine.put(0, ClientId(1), 1, 0, 60_000, Bytes::new()).unwrap();
+    /// engine.take_changes();
+    /// engine.delete_stored(0, ClientId(1), id).unwrap();
+    /// assert!(engine.take_changes().is_empty());
+    /// assert!(engine.job_state(id).is_none());
+    /// ```
+    pub fn delete_stored(&mut self, now: Millis, client: ClientId, id: JobId) -> Result<(), Error> {
+        self.delete(now, client, id)?;
+        // `delete` records its change last (after any the clock's advance recorded).
+        if self.changes.last() == Some(&Change::Delete { id }) {
+            self.changes.pop();
+        }
+        Ok(())
+    }
+
     /// `release <id> <pri> <delay>`: a job reserved by this client goes back to ready (or
     /// delayed) with a new priority.
     ///
