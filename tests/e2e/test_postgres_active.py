@@ -20,6 +20,7 @@ Scale: TICKWHEEL_PG_JOBS (default 3000) jobs.
 
 import os
 import statistics
+import subprocess
 import threading
 import time
 
@@ -27,6 +28,7 @@ import greenstalk
 import psycopg
 import pytest
 
+from conftest import tickwheel_bin
 from pgload import left_over, listening, produce, start_active_nodes, wait_drained
 
 TTR = 3
@@ -154,3 +156,16 @@ def test_three_active_nodes_kill_and_restart(workdir, pg_cluster, claim_commit):
           f"p99 {late[int(len(late) * 0.99) - 1] * 1000:.0f} ms")
     for n in nodes:
         n.close()
+
+
+def test_async_claims_need_active_active(pg_cluster):
+    """A standby-mode node claims nothing in the database, so `--postgres-claim-commit async`
+    without `--postgres-mode active-active` is refused at start-up rather than ignored."""
+    url = pg_cluster.create_db()
+    done = subprocess.run(
+        [tickwheel_bin(), "-l", "127.0.0.1", "-p", "0", "--postgres", url,
+         "--postgres-claim-commit", "async"],
+        capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+        env={k: v for k, v in os.environ.items() if k != "RUST_BACKTRACE"})
+    assert done.returncode == 1, done
+    assert "--postgres-claim-commit async needs --postgres-mode active-active" in done.stderr

@@ -331,6 +331,12 @@ fn main() -> anyhow::Result<()> {
             tracing::warn!("-{flag} flag was removed. binlog is always compacted.");
         }
     }
+    if args.postgres_claim_commit == ClaimCommit::Async
+        && args.postgres_mode != PgMode::ActiveActive
+    {
+        // A standby-mode node claims nothing in the database: the flag would do nothing.
+        anyhow::bail!("--postgres-claim-commit async needs --postgres-mode active-active");
+    }
     let postgres = match &args.postgres {
         Some(url) => Some(PgOptions {
             url: url.clone(),
