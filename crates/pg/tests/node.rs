@@ -934,9 +934,7 @@ fn async_claims_skip_their_wal_flush_and_deletes_keep_theirs() {
         }
         drop(node);
         let now = wal_syncs_once_alone(&mut admin);
-        std::mem::replace(&mut syncs, now)
-            .checked_sub(now)
-            .map_or(0, |d| -d)
+        now - std::mem::replace(&mut syncs, now)
     };
     let joined = life(&options, &|_, _| {});
     let claim = |first: u64| {

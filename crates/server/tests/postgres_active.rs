@@ -150,8 +150,16 @@ async fn a_reserve_on_one_node_claims_a_job_put_through_another_and_its_delete_c
             1,
             "the job is there until its holder deletes it"
         );
+        let written = c2.field("stats", "binlog-records-written").await;
         assert_eq!(c2.cmd(&format!("delete {id}")).await, "DELETED");
         assert_eq!(rows(id).await, 0, "DELETED is sent after the commit");
+        // Written by the node's own statement, not its store, and counted all the same.
+        let written_after = c2.field("stats", "binlog-records-written").await;
+        assert_eq!(
+            written_after.parse::<u64>().unwrap(),
+            written.parse::<u64>().unwrap() + 1,
+            "a holder-checked delete counts as a record written"
+        );
         assert_eq!(c2.cmd(&format!("delete {id}")).await, "NOT_FOUND");
     }
     drop((c1, c2));
