@@ -3,7 +3,7 @@
 pg_stat_statements loaded on its throw-away cluster (TICKWHEEL_PG_SETTINGS), snapshots the
 statistics every half second while it runs, and prints the last snapshot (per statement:
 calls, rows, total and mean execution time, plans and planning time), the databases'
-transactions and tuples, the autovacuums of `jobs`, and the CPU seconds of the LISTEN backends
+transactions and tuples, the autovacuums and (HOT) updates of `jobs`, and the CPU seconds of the LISTEN backends
 (application_name tickwheel-listen-*) against the other backends, and by connection role (group
 commit, node, get_free, LISTEN: from the statements each backend was seen running).
 Usage (one PostgreSQL target per run, as for pg_cpu_share.py):
@@ -81,7 +81,8 @@ while p.poll() is None:
                                "ORDER BY oid DESC LIMIT 1") or '').strip()
     if dbname:
         vac = psql(host, port, """SELECT coalesce(sum(autovacuum_count), 0),
-            coalesce(sum(autoanalyze_count), 0) FROM pg_stat_user_tables
+            coalesce(sum(autoanalyze_count), 0), coalesce(sum(n_tup_upd), 0),
+            coalesce(sum(n_tup_hot_upd), 0) FROM pg_stat_user_tables
             WHERE relname = 'jobs'""", db=dbname)
         if vac:
             vacuums = vac.strip().replace('\t', ' / ')
@@ -102,7 +103,8 @@ if last:
     print('commits, tuples returned, fetched, inserted, updated, deleted:', last[1].strip())
     listen = sum(t for n, t, _ in backends.values() if n.startswith('tickwheel-listen'))
     other = sum(t for n, t, _ in backends.values() if not n.startswith('tickwheel-listen'))
-    print(f'autovacuums / autoanalyzes of jobs (the last database): {vacuums}')
+    print('autovacuums / autoanalyzes / updates / HOT updates of jobs (the last database): '
+          f'{vacuums}')
     print(f'backend CPU seconds: LISTEN {listen / HZ:.2f}, others {other / HZ:.2f}')
     roles = {}
     for _, t, r in backends.values():
