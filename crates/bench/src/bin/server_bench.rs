@@ -101,6 +101,11 @@ struct Cli {
     /// `--baseline` compares a server option against its default in one run.
     #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
     tickwheel_args: Option<String>,
+    /// Extra arguments for the `--baseline` build's targets, split on whitespace: e.g. the
+    /// same `--postgres-claim-commit async` for both builds, to compare two builds under a
+    /// non-default option.
+    #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
+    baseline_args: Option<String>,
     /// Throughput, sync and pipelined: report, per phase, the server's CPU time per operation
     /// (all its threads, from `/proc/PID/task/*/schedstat`, split by thread name), its minor
     /// page faults per operation and how often its threads were put on a CPU (from
@@ -305,8 +310,13 @@ impl Server {
         } else {
             None
         };
-        if target.is_tickwheel() && !target.is_baseline() {
-            if let Some(extra) = &cli.tickwheel_args {
+        if target.is_tickwheel() {
+            let extra = if target.is_baseline() {
+                &cli.baseline_args
+            } else {
+                &cli.tickwheel_args
+            };
+            if let Some(extra) = extra {
                 cmd.args(extra.split_whitespace());
             }
         }
