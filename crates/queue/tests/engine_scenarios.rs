@@ -499,3 +499,77 @@ fn delete_stored_is_delete_without_its_change() {
     }
     assert_eq!(stored.stats().cmd.delete, 5);
 }
+
+/// `release_stored` and `bury_stored` (a node whose database released or buried the job
+/// first) are `release` and `bury` without the store's change: the same answers, states,
+/// counters and waiting clients served.
+#[test]
+fn release_and_bury_stored_are_release_and_bury_without_their_change() {
+    let mut plain = engine();
+    let mut stored = engine();
+    for e in [&mut plain, &mut stored] {
+        for name in ["one", "two", "three", "four"] {
+            put(e, 0, 1, 0, 10_000, name);
+        }
+        for _ in 0..4 {
+            assert!(matches!(e.reserve(0, B, Some(0)), Reserve::Job(_)));
+        }
+        e.take_changes();
+    }
+    // Not the holder, and no such job: refused by both, nothing recorded.
+    for (client, id) in [(A, 1), (B, 99)] {
+        assert_eq!(plain.release(10, client, id, 5, 0), Err(Error::NotFound));
+        assert_eq!(
+            stored.release_stored(10, client, id, 5, 0),
+            Err(Error::NotFound)
+        );
+        assert_eq!(plain.bury(10, client, id, 5), Err(Error::NotFound));
+        assert_eq!(stored.bury_stored(10, client, id, 5), Err(Error::NotFound));
+        assert_eq!(plain.take_changes(), []);
+        assert_eq!(stored.take_changes(), []);
+    }
+    let check = |plain: &mut Engine, stored: &mut Engine, now: u64, id: u64, state: JobState| {
+        assert_eq!(
+            plain.take_changes().len(),
+            1,
+            "job {id}: release or bury records one"
+        );
+        assert_eq!(stored.take_changes(), [], "job {id}");
+        assert_eq!(plain.job_state(id), Some(state), "job {id}");
+        assert_eq!(stored.job_state(id), Some(state), "job {id}");
+        assert_eq!(plain.stats(), stored.stats(), "job {id}");
+        assert_eq!(
+            plain.stats_tube(now, &tube("default")),
+            stored.stats_tube(now, &tube("default")),
+            "job {id}"
+        );
+        assert_eq!(
+            plain.stats_job(now, id),
+            stored.stats_job(now, id),
+            "job {id}"
+        );
+    };
+    // Released ready, released with a delay, buried.
+    assert_eq!(plain.release(20, B, 1, 7, 0), Ok(()));
+    assert_eq!(stored.release_stored(20, B, 1, 7, 0), Ok(()));
+    check(&mut plain, &mut stored, 20, 1, JobState::Ready);
+    assert_eq!(plain.release(30, B, 2, 7, 5_000), Ok(()));
+    assert_eq!(stored.release_stored(30, B, 2, 7, 5_000), Ok(()));
+    check(&mut plain, &mut stored, 30, 2, JobState::Delayed);
+    assert_eq!(plain.bury(40, B, 3, 9), Ok(()));
+    assert_eq!(stored.bury_stored(40, B, 3, 9), Ok(()));
+    check(&mut plain, &mut stored, 40, 3, JobState::Buried);
+    // A client waiting when the job comes back gets it, on both.
+    for e in [&mut plain, &mut stored] {
+        assert!(matches!(e.reserve(50, A, None), Reserve::Job(job) if job.id == 1));
+        assert!(matches!(e.reserve(50, A, None), Reserve::Waiting));
+    }
+    assert_eq!(plain.release(60, B, 4, 1, 0), Ok(()));
+    assert_eq!(stored.release_stored(60, B, 4, 1, 0), Ok(()));
+    check(&mut plain, &mut stored, 60, 4, JobState::Reserved);
+    let events = plain.take_events();
+    assert_eq!(events.len(), 1, "the waiting client is served: {events:?}");
+    assert_eq!(events, stored.take_events());
+    assert_eq!(stored.stats().cmd.release, 5);
+    assert_eq!(stored.stats().cmd.bury, 3);
+}

@@ -257,20 +257,30 @@ async fn in_cluster<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 reply,
                 Some(Reply::Deleted | Reply::Released | Reply::Buried | Reply::Touched)
             ) {
-                // The cache follows; its answer does not count (the database's does). A delete
-                // writes nothing more: the database has deleted the row.
-                match command {
-                    Command::Delete(id) => {
-                        let now = shared.now();
-                        let (_, deleted) =
-                            shared.apply(|engine| engine.delete_stored(now, client, *id));
-                        if deleted.is_ok() {
-                            shared.count_record_written();
-                        }
-                    }
-                    _ => {
-                        let _ = execute(shared, client, command.clone());
-                    }
+                // The cache follows; its answer does not count (the database's does). It
+                // writes nothing more: the database's statement wrote the row. Written again
+                // through the group commit, a release or bury could land after another node
+                // took the job and released it with a delay or buried it, and undo that.
+                let (now, past_the_ms) = shared.clock_reading();
+                let (_, followed) = shared.apply(|engine| match *command {
+                    Command::Delete(id) => engine.delete_stored(now, client, id),
+                    Command::Release {
+                        id,
+                        priority,
+                        delay,
+                    } => engine.release_stored(
+                        now,
+                        client,
+                        id,
+                        priority,
+                        protocol_ms(delay, past_the_ms),
+                    ),
+                    Command::Bury { id, priority } => engine.bury_stored(now, client, id, priority),
+                    Command::Touch(id) => engine.touch(now, client, id),
+                    _ => unreachable!("matched above"),
+                });
+                if followed.is_ok() && !matches!(command, Command::Touch(_)) {
+                    shared.count_record_written();
                 }
             }
             Ok(reply)
@@ -411,18 +421,23 @@ fn execute(shared: &Shared, client: ClientId, command: Command) -> (Ticket, Outc
         }
     }
     let (now, past_the_ms) = shared.clock_reading();
-    // Delays from the protocol, in ms, rounded so that the deadline they make is never before
-    // the true time plus the delay. (A TTR needs no rounding: the engine ends a lease strictly
-    // after its deadline.)
-    let secs = |seconds: u32| match seconds {
-        0 => 0,
-        s => u64::from(s) * 1000 + u64::from(past_the_ms),
-    };
+    let secs = |seconds: u32| protocol_ms(seconds, past_the_ms);
     let (ticket, outcome) = shared.apply(|engine| run(shared, engine, client, command, now, secs));
     match &outcome {
         // A reservation is not durable: the reply waits only for its job's own changes.
         Outcome::Reply(Reply::Reserved(id, _)) => (shared.job_ticket(*id, &ticket), outcome),
         _ => (ticket, outcome),
+    }
+}
+
+/// A delay from the protocol, in ms, rounded so that the deadline it makes is never before
+/// the true time plus the delay: one ms more when the clock reading that goes with it was
+/// past its whole ms (`past_the_ms`, from [`Shared::clock_reading`]). (A TTR needs no
+/// rounding: the engine ends a lease strictly after its deadline.)
+fn protocol_ms(seconds: u32, past_the_ms: bool) -> u64 {
+    match seconds {
+        0 => 0,
+        s => u64::from(s) * 1000 + u64::from(past_the_ms),
     }
 }
 

@@ -560,3 +560,78 @@ async fn a_busy_node_leaves_another_nodes_ready_job_to_its_owner() {
     helper.shutdown().await;
     owner.shutdown().await;
 }
+
+/// A release or bury on a node writes the job's row once, by the node's holder-checked
+/// statement: the engine that follows it sends nothing through the group commit. Written
+/// again there, it could land after another node had taken the job and released it with a
+/// delay, or buried it, and make it ready again. A trigger logs every update of a row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_or_bury_on_a_node_writes_its_row_once() {
+    let Some(cluster) = cluster_for_test() else {
+        return;
+    };
+    let node = Running::open(&config(&cluster)).await;
+    let url = cluster.url();
+    let sql = move |sql: &'static str| {
+        let url = url.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+                admin
+                    .simple_query(sql)
+                    .unwrap()
+                    .into_iter()
+                    .filter_map(|m| match m {
+                        postgres::SimpleQueryMessage::Row(r) => {
+                            Some(r.get(0).unwrap_or("").to_owned())
+                        }
+                        _ => None,
+                    })
+                    .collect::<Vec<String>>()
+            })
+            .await
+            .unwrap()
+        }
+    };
+    sql(
+        "CREATE TABLE public.writes (n serial, id bigint, state smallint, holder bigint);
+         CREATE FUNCTION public.log_write() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN INSERT INTO public.writes (id, state, holder) VALUES (NEW.id, NEW.state, NEW.holder);
+               RETURN NEW; END $$;
+         CREATE TRIGGER log_write AFTER UPDATE ON tickwheel.jobs
+             FOR EACH ROW EXECUTE FUNCTION public.log_write();",
+    )
+    .await;
+    let mut c = node.client().await;
+    let a = c.put(0, 0, 60, "a").await;
+    let b = c.put(0, 0, 60, "b").await;
+    assert_eq!(c.reserve(10).await, (a, "a".to_owned()));
+    assert_eq!(c.cmd(&format!("release {a} 5 0")).await, "RELEASED");
+    assert_eq!(c.reserve(10).await, (b, "b".to_owned()));
+    assert_eq!(c.cmd(&format!("bury {b} 7")).await, "BURIED");
+    // INSERTED comes after a group commit that covers every change submitted before it.
+    let _ = c.put(0, 0, 60, "after").await;
+    let writes = sql(
+        "SELECT id || ':' || state || ':' || coalesce(holder::text, '-')
+                      FROM public.writes ORDER BY n",
+    )
+    .await;
+    let of = |id: u64| -> Vec<String> {
+        writes
+            .iter()
+            .filter(|w| w.starts_with(&format!("{id}:")))
+            .map(|w| w.split(':').nth(1).unwrap().to_owned())
+            .collect()
+    };
+    // Claimed (3), then released (0) or buried (2): once each, nothing after.
+    assert_eq!(of(a), ["3", "0"], "job {a}'s updates: {writes:?}");
+    assert_eq!(of(b), ["3", "2"], "job {b}'s updates: {writes:?}");
+    assert_eq!(
+        c.field(&format!("stats-job {a}"), "state").await,
+        "ready",
+        "the node's cache followed the release"
+    );
+    assert_eq!(c.field(&format!("stats-job {b}"), "state").await, "buried");
+    drop(c);
+    node.shutdown().await;
+}

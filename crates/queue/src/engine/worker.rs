@@ -141,11 +141,79 @@ impl Engine {
     /// ```
     pub fn delete_stored(&mut self, now: Millis, client: ClientId, id: JobId) -> Result<(), Error> {
         self.delete(now, client, id)?;
-        // `delete` records its change last (after any the clock's advance recorded).
-        if self.changes.last() == Some(&Change::Delete { id }) {
-            self.changes.pop();
-        }
+        self.unrecord(id);
         Ok(())
+    }
+
+    /// [`release`](Self::release) of a job its store has released already: the engine
+    /// follows (the job's state, priority, counters, a waiting client served) and records no
+    /// [`Change`]. For a node sharing a PostgreSQL schema with others, which releases in the
+    /// database first, checked against the holder: writing the release again through the
+    /// group commit would cost a statement, and, landing after another node had taken the
+    /// job and released it with a delay or buried it, would make it ready again.
+    ///
+    /// # Errors
+    ///
+    /// As [`release`](Self::release).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use tickwheel_queue::{ClientId, Config, Engine, JobState, Reserve};
+    ///
+    /// let mut engine = Engine::new(Config::default(), 0);
+    /// engine.connect(ClientId(1));
+    /// let id = engine.put(0, ClientId(1), 1, 0, 60_000, Bytes::new()).unwrap();
+    /// assert!(matches!(engine.reserve(0, ClientId(1), Some(0)), Reserve::Job(_)));
+    /// engine.take_changes();
+    /// engine.release_stored(0, ClientId(1), id, 7, 0).unwrap();
+    /// assert!(engine.take_changes().is_empty());
+    /// assert_eq!(engine.job_state(id), Some(JobState::Ready));
+    /// ```
+    pub fn release_stored(
+        &mut self,
+        now: Millis,
+        client: ClientId,
+        id: JobId,
+        priority: u32,
+        delay: Millis,
+    ) -> Result<(), Error> {
+        self.release(now, client, id, priority, delay)?;
+        self.unrecord(id);
+        Ok(())
+    }
+
+    /// [`bury`](Self::bury) of a job its store has buried already, recording no [`Change`]
+    /// (see [`release_stored`](Self::release_stored)).
+    ///
+    /// # Errors
+    ///
+    /// As [`bury`](Self::bury).
+    pub fn bury_stored(
+        &mut self,
+        now: Millis,
+        client: ClientId,
+        id: JobId,
+        priority: u32,
+    ) -> Result<(), Error> {
+        self.bury(now, client, id, priority)?;
+        self.unrecord(id);
+        Ok(())
+    }
+
+    /// Takes back the change the command just run recorded for `id`: its last one (the
+    /// clock's advance records before the command does, and nothing after it touches `id`).
+    fn unrecord(&mut self, id: JobId) {
+        let own = |c: &Change| match c {
+            Change::Update { id: x, .. } | Change::Delete { id: x } => *x == id,
+            _ => false,
+        };
+        let at = self.changes.iter().rposition(own);
+        debug_assert!(at.is_some(), "the command recorded no change of job {id}");
+        if let Some(at) = at {
+            self.changes.remove(at);
+        }
     }
 
     /// `release <id> <pri> <delay>`: a job reserved by this client goes back to ready (or
