@@ -63,7 +63,7 @@ mod note;
 mod schema;
 
 pub use lock::ActiveLock;
-pub use node::{Claimed, Claims, Lost, Node, TubeCounts, NODE_CONNECTIONS, NODE_ID_BLOCK};
+pub use node::{Claimed, Claims, Lost, Node, Peek, TubeCounts, NODE_CONNECTIONS, NODE_ID_BLOCK};
 #[doc(hidden)]
 pub use note::fuzz_check as fuzz_check_note;
 pub use note::parse_ready;

@@ -114,6 +114,17 @@ pub enum Lost {
     Taken,
 }
 
+/// Which job [`Node::peek`] looks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peek {
+    /// `peek-ready`.
+    Ready,
+    /// `peek-delayed`.
+    Delayed,
+    /// `peek-buried`.
+    Buried,
+}
+
 /// Cluster-wide counts of one tube's jobs, by the database clock.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TubeCounts {
@@ -210,6 +221,11 @@ struct NodeSql {
     release_all: String,
     touch: String,
     kick: String,
+    kick_delayed: String,
+    kick_job: String,
+    peek_ready: String,
+    peek_delayed: String,
+    peek_buried: String,
     expire: String,
     counts: String,
     pause: String,
@@ -332,6 +348,47 @@ impl NodeSql {
                      RETURNING j.id
                  ) {}",
                 announce("k")
+            ),
+            // beanstalkd's `kick` when the tube has no buried job: its delayed ones, earliest
+            // due first (not due yet by the database clock: a due one is ready already).
+            kick_delayed: format!(
+                "WITH t AS MATERIALIZED (SELECT {s}.now_ms() AS now),
+                 k AS (
+                     UPDATE {s}.jobs j SET state = 0, until_ms = 0, kicks = {kicks_up}
+                     WHERE j.id IN (SELECT id FROM {s}.jobs
+                                    WHERE tube = $1 AND state = 1
+                                      AND until_ms > (SELECT now FROM t)
+                                    ORDER BY until_ms, id LIMIT $2
+                                    FOR UPDATE SKIP LOCKED)
+                       AND j.state = 1
+                     RETURNING j.id
+                 ) {}",
+                announce("k")
+            ),
+            // `kick-job`: a buried job, or a delayed one not due yet, becomes ready.
+            kick_job: format!(
+                "WITH k AS (
+                     UPDATE {s}.jobs j SET state = 0, until_ms = 0, kicks = {kicks_up}
+                     WHERE j.id = $1
+                       AND (j.state = 2 OR (j.state = 1 AND j.until_ms > {s}.now_ms()))
+                     RETURNING j.id
+                 ) {}",
+                announce("k")
+            ),
+            // The `peek-*` of a tube, cluster-wide, in the order `reserve` and `kick` take
+            // them: ready by priority then id, delayed by due time, buried by id.
+            peek_ready: format!(
+                "WITH t AS MATERIALIZED (SELECT {s}.now_ms() AS now)
+                 SELECT j.id, j.body FROM {s}.jobs j, t WHERE j.tube = $1 AND {ready}
+                 ORDER BY j.priority, j.id LIMIT 1"
+            ),
+            peek_delayed: format!(
+                "SELECT id, body FROM {s}.jobs
+                 WHERE tube = $1 AND state = 1 AND until_ms > (SELECT {s}.now_ms())
+                 ORDER BY until_ms, id LIMIT 1"
+            ),
+            peek_buried: format!(
+                "SELECT id, body FROM {s}.jobs WHERE tube = $1 AND state = 2 ORDER BY id LIMIT 1"
             ),
             // The sweep: any live node returns lapsed leases (its own or a dead node's) to
             // ready and announces them. SKIP LOCKED only among the lapsed leases (the
@@ -729,6 +786,50 @@ impl Node {
     pub fn kick(&self, tube: &str, bound: u64) -> Result<Vec<JobId>, PgError> {
         let rows = self.run(&self.sql.kick, |c, st| c.query(st, &[&tube, &big(bound)]))?;
         Ok(ids_of(&rows))
+    }
+
+    /// Kicks up to `bound` delayed jobs of `tube` that are not due yet (earliest due first),
+    /// cluster-wide: what beanstalkd's `kick` does when the tube has no buried job. Returns
+    /// their ids (announced as ready).
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn kick_delayed(&self, tube: &str, bound: u64) -> Result<Vec<JobId>, PgError> {
+        let rows = self.run(&self.sql.kick_delayed, |c, st| {
+            c.query(st, &[&tube, &big(bound)])
+        })?;
+        Ok(ids_of(&rows))
+    }
+
+    /// `kick-job`: job `id`, if buried or delayed (not due yet), becomes ready, cluster-wide
+    /// (announced). False if there is no such job or it is ready or reserved.
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn kick_job(&self, id: JobId) -> Result<bool, PgError> {
+        let rows = self.run(&self.sql.kick_job, |c, st| c.query(st, &[&big(id)]))?;
+        Ok(!ids_of(&rows).is_empty())
+    }
+
+    /// The job `peek-ready`, `peek-delayed` or `peek-buried` shows for `tube`, cluster-wide:
+    /// the next ready one by priority and id (by the database clock: delayed and due, or
+    /// reserved under a lapsed lease, count as ready), the delayed one due first, or the
+    /// buried one with the lowest id. A tube with no index for its ready jobs is read
+    /// sequentially, as [`Node::tube_counts`] reads it.
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn peek(&self, which: Peek, tube: &str) -> Result<Option<(JobId, Vec<u8>)>, PgError> {
+        let sql = match which {
+            Peek::Ready => &self.sql.peek_ready,
+            Peek::Delayed => &self.sql.peek_delayed,
+            Peek::Buried => &self.sql.peek_buried,
+        };
+        let row = self.run(sql, |c, st| c.query_opt(st, &[&tube]))?;
+        Ok(row.map(|r| (unsigned(r.get(0)), r.get::<_, Vec<u8>>(1))))
     }
 
     /// Returns up to `limit` jobs whose lease lapsed (any node's: a dead node's reservations

@@ -573,3 +573,51 @@ fn release_and_bury_stored_are_release_and_bury_without_their_change() {
     assert_eq!(stored.stats().cmd.release, 5);
     assert_eq!(stored.stats().cmd.bury, 3);
 }
+
+/// `kick_stored` and `kick_job_stored` (a node whose database kicked the jobs first) follow
+/// `kick` and `kick-job` for the jobs the engine holds buried or delayed, without the store's
+/// change: the same states, counters and waiting clients served; ids it does not hold, or
+/// holds in another state, are left alone.
+#[test]
+fn kick_stored_follows_kicks_without_their_change() {
+    let mut plain = engine();
+    let mut stored = engine();
+    for e in [&mut plain, &mut stored] {
+        put(e, 0, 1, 0, 10_000, "buried");
+        put(e, 0, 1, 5_000, 10_000, "delayed");
+        put(e, 0, 1, 0, 10_000, "ready");
+        assert!(matches!(e.reserve(0, B, Some(0)), Reserve::Job(job) if job.id == 1));
+        assert_eq!(e.bury(0, B, 1, 1), Ok(()));
+        assert!(matches!(e.reserve(0, B, Some(0)), Reserve::Job(job) if job.id == 3));
+        assert!(matches!(e.reserve(0, A, None), Reserve::Waiting));
+        e.take_changes();
+    }
+    assert_eq!(plain.kick(10, A, 5), Ok(1));
+    // Job 3 is reserved here, 99 unknown: left alone.
+    assert_eq!(stored.kick_stored(10, &[1, 3, 99]), 1);
+    assert_eq!(plain.take_changes().len(), 1);
+    assert_eq!(stored.take_changes(), []);
+    let events = plain.take_events();
+    assert_eq!(
+        events.len(),
+        1,
+        "the waiting client gets the kicked job: {events:?}"
+    );
+    assert_eq!(events, stored.take_events());
+    assert_eq!(plain.kick_job(20, 2), Ok(()));
+    assert!(stored.kick_job_stored(20, 2));
+    assert!(!stored.kick_job_stored(20, 2), "ready now");
+    assert_eq!(plain.take_changes().len(), 1);
+    assert_eq!(stored.take_changes(), []);
+    for id in 1..=3 {
+        assert_eq!(plain.job_state(id), stored.job_state(id), "job {id}");
+        assert_eq!(
+            plain.stats_job(20, id),
+            stored.stats_job(20, id),
+            "job {id}"
+        );
+    }
+    assert_eq!(stored.job_state(2), Some(JobState::Ready));
+    assert_eq!(plain.stats(), stored.stats());
+    assert_eq!(stored.stats().cmd.kick, 1);
+}

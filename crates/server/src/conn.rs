@@ -17,6 +17,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use tickwheel_pg::Peek;
 use tickwheel_store::Ticket;
 
 use crate::cluster::active;
@@ -323,6 +324,48 @@ async fn in_cluster<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             stats.delayed = counts.delayed;
             stats.buried = counts.buried;
             Ok(Some(Reply::Ok(stats::tube(&stats))))
+        }
+        Command::Kick(_)
+        | Command::KickJob(_)
+        | Command::PeekReady
+        | Command::PeekDelayed
+        | Command::PeekBuried => {
+            // Cluster-wide, in the database; this client's earlier writes (a delayed put,
+            // say) are there before it looks.
+            if shared.last_ticket().durable().await.is_err() {
+                return Ok(Some(Reply::InternalError));
+            }
+            let tube = shared.read(|engine| engine.used_tube(client).cloned());
+            let Some(tube) = tube else {
+                return Ok(Some(Reply::NotFound));
+            };
+            let reply = match *command {
+                Command::Kick(bound) => active::kick(shared, active, tube.as_str(), bound)
+                    .await
+                    .map(Reply::Kicked),
+                Command::KickJob(id) => active::kick_job(shared, active, id).await.map(|kicked| {
+                    if kicked {
+                        Reply::KickedJob
+                    } else {
+                        Reply::NotFound
+                    }
+                }),
+                _ => {
+                    let (which, state) = match command {
+                        Command::PeekReady => (Peek::Ready, JobState::Ready),
+                        Command::PeekDelayed => (Peek::Delayed, JobState::Delayed),
+                        _ => (Peek::Buried, JobState::Buried),
+                    };
+                    shared.apply(|engine| engine.count_peek(state));
+                    active::peek(active, which, tube.as_str())
+                        .await
+                        .map(|found| match found {
+                            Some((id, body)) => Reply::Found(id, body.into()),
+                            None => Reply::NotFound,
+                        })
+                }
+            };
+            Ok(Some(reply.unwrap_or(Reply::InternalError)))
         }
         Command::PauseTube(tube, delay) => {
             if active::pause(active, tube.as_str(), *delay).await {

@@ -635,3 +635,85 @@ async fn a_release_or_bury_on_a_node_writes_its_row_once() {
     drop(c);
     node.shutdown().await;
 }
+
+/// `kick`, `kick-job` and `peek-ready`/`-delayed`/`-buried` are cluster-wide: a node answers
+/// from the database, which sees every node's jobs, not from its engine, which holds only
+/// those it has adopted (before, node 2 answered `peek-buried` with `NOT_FOUND` and `kick`
+/// with `KICKED 0` for a job buried through node 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kick_and_peek_see_every_nodes_jobs() {
+    let Some(cluster) = cluster_for_test() else {
+        return;
+    };
+    let one = Running::open(&config(&cluster)).await;
+    let two = Running::open(&config(&cluster)).await;
+    let mut c1 = one.client().await;
+    let mut c2 = two.client().await;
+    for c in [&mut c1, &mut c2] {
+        assert_eq!(c.cmd("use k").await, "USING k");
+        assert_eq!(c.cmd("watch k").await, "WATCHING 2");
+        assert_eq!(c.cmd("ignore default").await, "WATCHING 1");
+    }
+    let found = |id: u64, body: &str| {
+        (
+            format!("FOUND {id} {}", body.len()),
+            Some(body.as_bytes().to_vec()),
+        )
+    };
+    let none = || ("NOT_FOUND".to_owned(), None);
+
+    // Buried through node 1; node 2 sees it and kicks it.
+    let a = c1.put(5, 0, 60, "a").await;
+    let b = c1.put(9, 0, 60, "b").await;
+    assert_eq!(c1.reserve(10).await, (a, "a".to_owned()));
+    assert_eq!(c1.cmd(&format!("bury {a} 5")).await, "BURIED");
+    assert_eq!(c2.job_cmd("peek-buried").await, found(a, "a"));
+    assert_eq!(c2.job_cmd("peek-ready").await, found(b, "b"));
+    assert_eq!(c2.job_cmd("peek-delayed").await, none());
+    assert_eq!(c2.cmd("kick 10").await, "KICKED 1");
+    assert_eq!(c2.job_cmd("peek-buried").await, none());
+    assert_eq!(c1.job_cmd("peek-buried").await, none());
+    // Kicked: ready again on every node, before `b` by priority.
+    assert_eq!(c1.job_cmd("peek-ready").await, found(a, "a"));
+    assert_eq!(c2.reserve(10).await, (a, "a".to_owned()));
+    assert_eq!(c2.cmd(&format!("delete {a}")).await, "DELETED");
+    assert_eq!(c2.reserve(10).await, (b, "b".to_owned()));
+    assert_eq!(c2.cmd(&format!("delete {b}")).await, "DELETED");
+    assert_eq!(c1.job_cmd("peek-ready").await, none());
+
+    // No buried job in the tube: `kick` takes delayed ones, earliest due first.
+    let d1 = c1.put(0, 3600, 60, "d1").await;
+    let d2 = c1.put(0, 1800, 60, "d2").await;
+    assert_eq!(c2.job_cmd("peek-delayed").await, found(d2, "d2"));
+    assert_eq!(c2.cmd("kick 1").await, "KICKED 1");
+    assert_eq!(c2.job_cmd("peek-delayed").await, found(d1, "d1"));
+    assert_eq!(c2.reserve(10).await, (d2, "d2".to_owned()));
+    assert_eq!(c2.cmd(&format!("delete {d2}")).await, "DELETED");
+
+    // kick-job through the other node: a delayed job, then one buried through node 1.
+    assert_eq!(c2.cmd(&format!("kick-job {d1}")).await, "KICKED");
+    assert_eq!(
+        c2.cmd(&format!("kick-job {d1}")).await,
+        "NOT_FOUND",
+        "ready now"
+    );
+    assert_eq!(c1.reserve(10).await, (d1, "d1".to_owned()));
+    assert_eq!(
+        c2.cmd(&format!("kick-job {d1}")).await,
+        "NOT_FOUND",
+        "reserved"
+    );
+    assert_eq!(c1.cmd(&format!("bury {d1} 0")).await, "BURIED");
+    assert_eq!(c2.cmd(&format!("kick-job {d1}")).await, "KICKED");
+    assert_eq!(c2.reserve(10).await, (d1, "d1".to_owned()));
+    assert_eq!(c2.cmd(&format!("delete {d1}")).await, "DELETED");
+    assert_eq!(c2.cmd("kick-job 999999").await, "NOT_FOUND");
+
+    // Counted as on one node (per node).
+    assert_eq!(c2.field("stats", "cmd-kick").await, "2");
+    assert_eq!(c2.field("stats", "cmd-peek-buried").await, "2");
+    assert_eq!(c2.field("stats", "cmd-peek-delayed").await, "3");
+    drop((c1, c2));
+    one.shutdown().await;
+    two.shutdown().await;
+}

@@ -243,6 +243,17 @@ impl Engine {
         self.jobs.len() + self.far as usize
     }
 
+    /// Counts a `peek-ready`, `peek-delayed` or `peek-buried` answered elsewhere (a node
+    /// sharing a PostgreSQL schema asks the database, which sees every node's jobs).
+    pub fn count_peek(&mut self, state: JobState) {
+        match state {
+            JobState::Ready => self.cmd.peek_ready += 1,
+            JobState::Delayed => self.cmd.peek_delayed += 1,
+            JobState::Buried => self.cmd.peek_buried += 1,
+            JobState::Reserved => {}
+        }
+    }
+
     /// The state of a job, if it exists.
     #[must_use]
     pub fn job_state(&self, id: JobId) -> Option<JobState> {

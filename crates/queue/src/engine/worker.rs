@@ -378,6 +378,58 @@ impl Engine {
         Ok(kicked)
     }
 
+    /// [`kick`](Self::kick) carried out by the store first (a node sharing a PostgreSQL
+    /// schema kicks in the database, cluster-wide): counts in `cmd-kick`, and those of the
+    /// kicked `ids` this engine holds buried or delayed become ready (waiting clients served,
+    /// in order), recording no [`Change`]. The others are not in memory here, or are here in
+    /// a state the database has moved on from: their announcement brings them. Returns how
+    /// many it followed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use tickwheel_queue::{ClientId, Config, Engine, JobState};
+    ///
+    /// let mut engine = Engine::new(Config::default(), 0);
+    /// engine.connect(ClientId(1));
+    /// let id = engine.put(0, ClientId(1), 1, 60_000, 60_000, Bytes::new()).unwrap();
+    /// engine.take_changes();
+    /// assert_eq!(engine.kick_stored(0, &[id, 999]), 1);
+    /// assert!(engine.take_changes().is_empty());
+    /// assert_eq!(engine.job_state(id), Some(JobState::Ready));
+    /// assert_eq!(engine.stats().cmd.kick, 1);
+    /// ```
+    pub fn kick_stored(&mut self, now: Millis, ids: &[JobId]) -> usize {
+        self.advance(now);
+        self.cmd.kick += 1;
+        self.follow_kicks(ids)
+    }
+
+    /// [`kick_job`](Self::kick_job) carried out by the store first (see
+    /// [`kick_stored`](Self::kick_stored)): whether the engine held the job buried or
+    /// delayed and followed.
+    pub fn kick_job_stored(&mut self, now: Millis, id: JobId) -> bool {
+        self.advance(now);
+        self.follow_kicks(&[id]) == 1
+    }
+
+    fn follow_kicks(&mut self, ids: &[JobId]) -> usize {
+        let mut followed = 0;
+        for &id in ids {
+            if matches!(
+                self.jobs.get(&id).map(|j| j.state),
+                Some(JobState::Buried | JobState::Delayed)
+            ) {
+                self.kick_one(id);
+                self.unrecord(id);
+                followed += 1;
+                self.serve_deferred();
+            }
+        }
+        followed
+    }
+
     /// `kick-job <id>`: a buried or delayed job becomes ready.
     ///
     /// # Errors

@@ -444,6 +444,81 @@ pub(crate) async fn tube_counts(
     }
 }
 
+/// `kick <bound>` on `tube`, cluster-wide, as beanstalkd: up to `bound` buried jobs, or,
+/// when the tube has none, up to `bound` delayed ones. The engine follows for those it holds
+/// (the rest come by their announcement). `None`: the database could not be asked.
+pub(crate) async fn kick(
+    shared: &Arc<Shared>,
+    active: &Arc<Active>,
+    tube: &str,
+    bound: u64,
+) -> Option<u64> {
+    let a = active.clone();
+    let tube = tube.to_owned();
+    let kicked = blocking(move || {
+        let buried = a.node.kick(&tube, bound)?;
+        if buried.is_empty() {
+            a.node.kick_delayed(&tube, bound)
+        } else {
+            Ok(buried)
+        }
+    })
+    .await?;
+    match kicked {
+        Ok(ids) => {
+            let now = shared.now();
+            shared.apply(|engine| engine.kick_stored(now, &ids));
+            Some(u64::try_from(ids.len()).unwrap_or(u64::MAX))
+        }
+        Err(error) => {
+            tracing::warn!(%error, "cannot kick in PostgreSQL");
+            None
+        }
+    }
+}
+
+/// `kick-job <id>`, cluster-wide: `Some(false)` if the job is not buried or delayed (or
+/// does not exist); `None`: the database could not be asked.
+pub(crate) async fn kick_job(
+    shared: &Arc<Shared>,
+    active: &Arc<Active>,
+    id: JobId,
+) -> Option<bool> {
+    let a = active.clone();
+    match blocking(move || a.node.kick_job(id)).await? {
+        Ok(kicked) => {
+            if kicked {
+                let now = shared.now();
+                shared.apply(|engine| engine.kick_job_stored(now, id));
+            }
+            Some(kicked)
+        }
+        Err(error) => {
+            tracing::warn!(%error, "cannot kick a job in PostgreSQL");
+            None
+        }
+    }
+}
+
+/// `peek-ready`, `peek-delayed` or `peek-buried` of `tube`, cluster-wide (the database
+/// sees every node's jobs; a node's engine only those it has adopted). `None`: the
+/// database could not be asked.
+pub(crate) async fn peek(
+    active: &Arc<Active>,
+    which: tickwheel_pg::Peek,
+    tube: &str,
+) -> Option<Option<(JobId, Vec<u8>)>> {
+    let a = active.clone();
+    let tube = tube.to_owned();
+    match blocking(move || a.node.peek(which, &tube)).await? {
+        Ok(found) => Some(found),
+        Err(error) => {
+            tracing::warn!(%error, "cannot peek in PostgreSQL");
+            None
+        }
+    }
+}
+
 /// `pause-tube` on every node (the claims refuse the tube's jobs until then).
 pub(crate) async fn pause(active: &Arc<Active>, tube: &str, seconds: u32) -> bool {
     let a = active.clone();

@@ -527,11 +527,15 @@ fn watch(
                 match it.next() {
                     Ok(Some(note)) => {
                         if note.channel() == ready_channel {
+                            // Notifications come in commit order: an id's latest one says
+                            // when it is due (a delayed put kicked in the same batch is
+                            // ready now, not at its put's due time).
                             for (id, due) in tickwheel_pg::parse_ready(note.payload()) {
                                 ready.push(id);
-                                if let Some(due) = due {
-                                    dues.insert(id, due);
-                                }
+                                match due {
+                                    Some(due) => dues.insert(id, due),
+                                    None => dues.remove(&id),
+                                };
                             }
                             if ready.len() >= 3000 {
                                 break;
