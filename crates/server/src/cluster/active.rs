@@ -9,8 +9,13 @@
 //!   clock, or in a tube paused by another node, is dropped and adopted again when it may be.
 //! - `delete`, `release`, `bury` and `touch` run in the database first, checked against the
 //!   holder (this node and connection); the reply is the database's answer. The engine then
-//!   runs the same command to keep its cache (its store writes are the shared commit's,
-//!   which leave rows held by others alone).
+//!   runs the same command to keep its cache, writing nothing (`Engine::delete_stored`,
+//!   `release_stored`, `bury_stored`; a touch writes nothing anyway): the database's
+//!   statement wrote the row, and a second write through the group commit could land after
+//!   another node had acted on the job since.
+//! - `kick`, `kick-job` and `peek-ready`/`-delayed`/`-buried` are the database's answers,
+//!   cluster-wide ([`kick`], [`kick_job`], [`peek`]); the engine follows kicks of jobs it
+//!   holds, other nodes hear of them by announcement.
 //! - Other nodes' jobs are adopted on demand ([`Active::wake_claimer`]): when a reserver
 //!   waits here, at once when one starts waiting.
 //! - Jobs other nodes make ready (puts, releases, expired leases, kicks) arrive as
