@@ -432,21 +432,34 @@ pub(crate) async fn run_checked(
     }
 }
 
+/// Runs `ask` with this node's registration on a blocking thread; `None` (logged, with
+/// `what` it was doing) if the database could not be asked.
+async fn in_database<T: Send + 'static>(
+    active: &Arc<Active>,
+    what: &'static str,
+    ask: impl FnOnce(&Node) -> Result<T, tickwheel_pg::PgError> + Send + 'static,
+) -> Option<T> {
+    let a = active.clone();
+    match blocking(move || ask(&a.node)).await? {
+        Ok(answer) => Some(answer),
+        Err(error) => {
+            tracing::warn!(%error, "cannot {what} in PostgreSQL");
+            None
+        }
+    }
+}
+
 /// Cluster-wide job counts of `tube` (`stats-tube`), or `None` if the database could not be
 /// asked.
 pub(crate) async fn tube_counts(
     active: &Arc<Active>,
     tube: &str,
 ) -> Option<tickwheel_pg::TubeCounts> {
-    let a = active.clone();
     let tube = tube.to_owned();
-    match blocking(move || a.node.tube_counts(&tube)).await? {
-        Ok(counts) => Some(counts),
-        Err(error) => {
-            tracing::warn!(%error, "cannot count a tube's jobs in PostgreSQL");
-            None
-        }
-    }
+    in_database(active, "count a tube's jobs", move |node| {
+        node.tube_counts(&tube)
+    })
+    .await
 }
 
 /// `kick <bound>` on `tube`, cluster-wide, as beanstalkd: up to `bound` buried jobs, or,
@@ -458,28 +471,19 @@ pub(crate) async fn kick(
     tube: &str,
     bound: u64,
 ) -> Option<u64> {
-    let a = active.clone();
     let tube = tube.to_owned();
-    let kicked = blocking(move || {
-        let buried = a.node.kick(&tube, bound)?;
+    let ids = in_database(active, "kick", move |node| {
+        let buried = node.kick(&tube, bound)?;
         if buried.is_empty() {
-            a.node.kick_delayed(&tube, bound)
+            node.kick_delayed(&tube, bound)
         } else {
             Ok(buried)
         }
     })
     .await?;
-    match kicked {
-        Ok(ids) => {
-            let now = shared.now();
-            shared.apply(|engine| engine.kick_stored(now, &ids));
-            Some(u64::try_from(ids.len()).unwrap_or(u64::MAX))
-        }
-        Err(error) => {
-            tracing::warn!(%error, "cannot kick in PostgreSQL");
-            None
-        }
-    }
+    let now = shared.now();
+    shared.apply(|engine| engine.kick_stored(now, &ids));
+    Some(u64::try_from(ids.len()).unwrap_or(u64::MAX))
 }
 
 /// `kick-job <id>`, cluster-wide: `Some(false)` if the job is not buried or delayed (or
@@ -489,20 +493,12 @@ pub(crate) async fn kick_job(
     active: &Arc<Active>,
     id: JobId,
 ) -> Option<bool> {
-    let a = active.clone();
-    match blocking(move || a.node.kick_job(id)).await? {
-        Ok(kicked) => {
-            if kicked {
-                let now = shared.now();
-                shared.apply(|engine| engine.kick_job_stored(now, id));
-            }
-            Some(kicked)
-        }
-        Err(error) => {
-            tracing::warn!(%error, "cannot kick a job in PostgreSQL");
-            None
-        }
+    let kicked = in_database(active, "kick a job", move |node| node.kick_job(id)).await?;
+    if kicked {
+        let now = shared.now();
+        shared.apply(|engine| engine.kick_job_stored(now, id));
     }
+    Some(kicked)
 }
 
 /// `peek-ready`, `peek-delayed` or `peek-buried` of `tube`, cluster-wide (the database
@@ -513,25 +509,18 @@ pub(crate) async fn peek(
     which: tickwheel_pg::Peek,
     tube: &str,
 ) -> Option<Option<(JobId, Vec<u8>)>> {
-    let a = active.clone();
     let tube = tube.to_owned();
-    match blocking(move || a.node.peek(which, &tube)).await? {
-        Ok(found) => Some(found),
-        Err(error) => {
-            tracing::warn!(%error, "cannot peek in PostgreSQL");
-            None
-        }
-    }
+    in_database(active, "peek", move |node| node.peek(which, &tube)).await
 }
 
 /// `pause-tube` on every node (the claims refuse the tube's jobs until then).
 pub(crate) async fn pause(active: &Arc<Active>, tube: &str, seconds: u32) -> bool {
-    let a = active.clone();
     let tube = tube.to_owned();
-    matches!(
-        blocking(move || a.node.pause(&tube, u64::from(seconds) * 1000)).await,
-        Some(Ok(()))
-    )
+    in_database(active, "pause a tube", move |node| {
+        node.pause(&tube, u64::from(seconds) * 1000)
+    })
+    .await
+    .is_some()
 }
 
 /// A client hung up: what it held is ready again at once, on every node (as beanstalkd makes
