@@ -254,15 +254,19 @@ impl NodeSql {
         let held = format!("j.state = 3 AND j.holder = $2 AND j.lease_until_ms > {s}.now_ms()");
         // Announce the ids of `x` (one notification per IDS_PER_NOTE ids) and return them as
         // text lists: the lateral join makes the notifications part of the statement.
-        let announce = |cte: &str| {
+        // `token` is each row's part of the payload (`crate::note`), at most `per_note` rows
+        // per notification.
+        let announce_tokens = |cte: &str, token: &str, per_note: i64| {
             format!(
                 "SELECT a.ids FROM (
-                     SELECT string_agg(id::text, ',') AS ids FROM (
-                         SELECT id, (row_number() OVER () - 1) / {IDS_PER_NOTE} AS g FROM {cte}
+                     SELECT string_agg(tok, ',') AS ids FROM (
+                         SELECT {token} AS tok, (row_number() OVER () - 1) / {per_note} AS g
+                         FROM {cte}
                      ) x GROUP BY g
                  ) a, LATERAL (SELECT pg_notify('{ch}', a.ids)) n"
             )
         };
+        let announce = |cte: &str| announce_tokens(cte, "id::text", IDS_PER_NOTE);
         NodeSql {
             // `t.now` is read once, before any row lock wait: after a wait the row is checked
             // again (READ COMMITTED re-evaluates the WHERE on the new version) against that
@@ -315,9 +319,15 @@ impl NodeSql {
                          reserves = {reserves_up}, releases = {releases_up},
                          delay_ms = nullif($4::bigint, 0)
                      WHERE j.id = $1 AND {held}
-                     RETURNING j.id
+                     RETURNING j.id, j.state, j.until_ms
                  ) {}",
-                announce("r")
+                // A job released with a delay is announced with its due time, as a delayed
+                // put is: the listeners (this node's own included) need not read it now.
+                announce_tokens(
+                    "r",
+                    "CASE WHEN state = 1 THEN id || ',@' || until_ms ELSE id::text END",
+                    IDS_PER_NOTE / 2
+                )
             ),
             release_all: format!(
                 "WITH r AS (

@@ -675,20 +675,24 @@ async fn kick_and_peek_see_every_nodes_jobs() {
     assert_eq!(c1.job_cmd("peek-buried").await, none());
     // Kicked: ready again on every node, before `b` by priority.
     assert_eq!(c1.job_cmd("peek-ready").await, found(a, "a"));
-    assert_eq!(c2.reserve(10).await, (a, "a".to_owned()));
-    assert_eq!(c2.cmd(&format!("delete {a}")).await, "DELETED");
-    assert_eq!(c2.reserve(10).await, (b, "b".to_owned()));
+    // Node 1, whose cache had `a` buried, reads it again on the kick's announcement and
+    // serves it. (`b` goes first: ready in node 1's cache all along, it would be the answer
+    // to a reserve there that came before the announcement.)
     assert_eq!(c2.cmd(&format!("delete {b}")).await, "DELETED");
+    assert_eq!(c1.reserve(10).await, (a, "a".to_owned()));
+    assert_eq!(c1.cmd(&format!("delete {a}")).await, "DELETED");
     assert_eq!(c1.job_cmd("peek-ready").await, none());
 
-    // No buried job in the tube: `kick` takes delayed ones, earliest due first.
-    let d1 = c1.put(0, 3600, 60, "d1").await;
-    let d2 = c1.put(0, 1800, 60, "d2").await;
+    // No buried job in the tube: `kick` takes delayed ones, earliest due first. Both are due
+    // within node 1's memory window (600 s), so its cache holds them delayed; it reads a
+    // kicked one again (the kick announces it ready now) and serves it.
+    let d1 = c1.put(0, 500, 60, "d1").await;
+    let d2 = c1.put(0, 300, 60, "d2").await;
     assert_eq!(c2.job_cmd("peek-delayed").await, found(d2, "d2"));
     assert_eq!(c2.cmd("kick 1").await, "KICKED 1");
     assert_eq!(c2.job_cmd("peek-delayed").await, found(d1, "d1"));
-    assert_eq!(c2.reserve(10).await, (d2, "d2".to_owned()));
-    assert_eq!(c2.cmd(&format!("delete {d2}")).await, "DELETED");
+    assert_eq!(c1.reserve(10).await, (d2, "d2".to_owned()));
+    assert_eq!(c1.cmd(&format!("delete {d2}")).await, "DELETED");
 
     // kick-job through the other node: a delayed job, then one buried through node 1.
     assert_eq!(c2.cmd(&format!("kick-job {d1}")).await, "KICKED");
@@ -705,6 +709,11 @@ async fn kick_and_peek_see_every_nodes_jobs() {
     );
     assert_eq!(c1.cmd(&format!("bury {d1} 0")).await, "BURIED");
     assert_eq!(c2.cmd(&format!("kick-job {d1}")).await, "KICKED");
+    assert_eq!(c1.reserve(10).await, (d1, "d1".to_owned()));
+    // Released with a delay through node 1 (announced with its due time): node 2 serves it
+    // once it is due.
+    assert_eq!(c1.cmd(&format!("release {d1} 0 1")).await, "RELEASED");
+    assert_eq!(c2.job_cmd("peek-delayed").await, found(d1, "d1"));
     assert_eq!(c2.reserve(10).await, (d1, "d1".to_owned()));
     assert_eq!(c2.cmd(&format!("delete {d1}")).await, "DELETED");
     assert_eq!(c2.cmd("kick-job 999999").await, "NOT_FOUND");
@@ -712,7 +721,7 @@ async fn kick_and_peek_see_every_nodes_jobs() {
     // Counted as on one node (per node).
     assert_eq!(c2.field("stats", "cmd-kick").await, "2");
     assert_eq!(c2.field("stats", "cmd-peek-buried").await, "2");
-    assert_eq!(c2.field("stats", "cmd-peek-delayed").await, "3");
+    assert_eq!(c2.field("stats", "cmd-peek-delayed").await, "4");
     drop((c1, c2));
     one.shutdown().await;
     two.shutdown().await;

@@ -31,7 +31,7 @@ use anyhow::Context as _;
 use postgres::fallible_iterator::FallibleIterator as _;
 use postgres::{Client, NoTls};
 use tickwheel_pg::{ActiveLock, Node, PgOptions, PgStore};
-use tickwheel_queue::{JobId, FOREIGN_ID_BASE};
+use tickwheel_queue::{JobId, JobState, FOREIGN_ID_BASE};
 use tickwheel_store::{Recovered, Store};
 
 use crate::shared::Shared;
@@ -581,14 +581,20 @@ fn watch(
             // Jobs the engine has already (this node's own puts, above all) are not read
             // again: a stale state there is settled by the claim, which says why it lost.
             // One whose claim is in flight is noted: if that claim loses, the job is read
-            // again (`active::InFlight`).
+            // again (`active::InFlight`). The exception is a job the engine holds buried, or
+            // delayed while the announcement says it is ready now (another node kicked it):
+            // the engine would never claim it, so it is read again like a missing one.
             shared.read(|engine| {
                 ready.retain(|id| {
-                    let lacks = engine.job_state(*id).is_none();
-                    if !lacks {
+                    let read = match engine.job_state(*id) {
+                        None | Some(JobState::Buried) => true,
+                        Some(JobState::Delayed) => !dues.contains_key(id),
+                        Some(JobState::Ready | JobState::Reserved) => false,
+                    };
+                    if !read {
                         active.announced_while_cached(*id);
                     }
-                    lacks
+                    read
                 });
             });
             // This node's own jobs now; every other node's after the affinity time, by the
