@@ -214,6 +214,7 @@ impl Conn {
 
 struct NodeSql {
     claim: String,
+    claim_job: String,
     delete: String,
     delete_many: String,
     release: String,
@@ -295,6 +296,19 @@ impl NodeSql {
                  LEFT JOIN w ON w.id = c.id
                  LEFT JOIN {s}.jobs j ON j.id = c.id
                  LEFT JOIN {s}.tubes p ON p.name = j.tube"
+            ),
+            // `reserve-job`: the job whatever its state (ready, delayed, buried), unless
+            // someone holds it under a live lease; a paused tube does not stop it (as
+            // beanstalkd). Counted as a claim is.
+            claim_job: format!(
+                "WITH t AS MATERIALIZED (SELECT {s}.now_ms() AS now)
+                 UPDATE {s}.jobs j SET state = 3, holder = $2,
+                     lease_until_ms = t.now + j.ttr_ms,
+                     reserves = CASE WHEN j.state = 3 THEN {reserves_up} ELSE j.reserves END,
+                     timeouts = CASE WHEN j.state = 3 THEN {timeouts_up} ELSE j.timeouts END
+                 FROM t
+                 WHERE j.id = $1 AND NOT (j.state = 3 AND j.lease_until_ms > t.now)
+                 RETURNING j.lease_until_ms"
             ),
             // beanstalkd: anyone may delete a job that is not reserved; a reserved one only
             // its holder.
@@ -690,6 +704,21 @@ impl Node {
             claims.lost.push((id, why));
         }
         Ok(claims)
+    }
+
+    /// `reserve-job`: claims job `id` for `holder` whatever its state (ready, delayed or
+    /// buried), unless someone holds it under a live lease. Returns the lease's end
+    /// (database clock), or `None` if there is no such job or it is held.
+    ///
+    /// # Errors
+    ///
+    /// Database errors. After a broken connection the outcome is unknown: a claim that did
+    /// commit is released by its lease's expiry.
+    pub fn claim_job(&self, holder: i64, id: JobId) -> Result<Option<u64>, PgError> {
+        let row = self.run(&self.sql.claim_job, |c, st| {
+            c.query_opt(st, &[&big(id), &holder])
+        })?;
+        Ok(row.map(|r| unsigned(r.get(0))))
     }
 
     /// Deletes `id` unless someone other than `holder` holds it under a live lease. False:

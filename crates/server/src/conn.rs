@@ -197,6 +197,10 @@ async fn in_cluster<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     buf: &mut BytesMut,
     shutdown: &CancellationToken,
 ) -> std::io::Result<Option<Reply>> {
+    if let Command::ReserveJob(id) | Command::Peek(id) | Command::StatsJob(id) = command {
+        // Another node's job this node has not adopted: read it first.
+        active::fetch_if_missing(shared, active, *id).await;
+    }
     match command {
         Command::Reserve | Command::ReserveWithTimeout(_) | Command::ReserveJob(_) => {
             // Everything before the reserve is answered (and durable) before it may block.
@@ -218,7 +222,12 @@ async fn in_cluster<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 let Reply::Reserved(id, _) = &reply else {
                     return Ok(Some(reply));
                 };
-                match active::claim(shared, active, client, *id).await {
+                let claimed = if matches!(command, Command::ReserveJob(_)) {
+                    active::claim_job(shared, active, client, *id).await
+                } else {
+                    active::claim(shared, active, client, *id).await
+                };
+                match claimed {
                     Some(true) => return Ok(Some(reply)),
                     // Another node has it, or it is not due by the database clock: the engine
                     // dropped it; look again, for what is left of the timeout (whole seconds,

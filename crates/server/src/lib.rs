@@ -320,15 +320,14 @@ impl Server {
     fn open_postgres(config: &Config, options: &PgOptions) -> anyhow::Result<Server> {
         let started = std::time::Instant::now();
         let (now, _) = shared::wall_millis(config.clock.system_time());
-        let mut engine_config = tickwheel_queue::Config {
+        // Nodes serving side by side claim a `reserve-job` in the database whatever the
+        // job's state there (`Node::claim_job`), so the engine writes nothing for it.
+        let engine_config = tickwheel_queue::Config {
             max_job_size: config.max_job_size,
             window: config.window,
             write_reserve_job: false,
         };
         let opened = cluster::open(options, engine_config.window_end_at(now), &config.clock)?;
-        // Nodes serving side by side claim a reserve in the database, which takes only a ready
-        // row: a `reserve-job` of a delayed or buried job must be written first.
-        engine_config.write_reserve_job = opened.node.is_some();
         // The clock again: waiting as a standby may have taken hours.
         let (now, _) = shared::wall_millis(config.clock.system_time());
         let recovered = opened.recovered;

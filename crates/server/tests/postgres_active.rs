@@ -562,11 +562,12 @@ async fn a_busy_node_leaves_another_nodes_ready_job_to_its_owner() {
 }
 
 /// A release or bury on a node writes the job's row once, by the node's holder-checked
-/// statement: the engine that follows it sends nothing through the group commit. Written
+/// statement, and a reserve-job once, by its claim: the engine that follows sends nothing
+/// through the group commit. Written
 /// again there, it could land after another node had taken the job and released it with a
 /// delay, or buried it, and make it ready again. A trigger logs every update of a row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_or_bury_on_a_node_writes_its_row_once() {
+async fn a_release_bury_or_reserve_job_on_a_node_writes_its_row_once() {
     let Some(cluster) = cluster_for_test() else {
         return;
     };
@@ -609,6 +610,13 @@ async fn a_release_or_bury_on_a_node_writes_its_row_once() {
     assert_eq!(c.cmd(&format!("release {a} 5 0")).await, "RELEASED");
     assert_eq!(c.reserve(10).await, (b, "b".to_owned()));
     assert_eq!(c.cmd(&format!("bury {b} 7")).await, "BURIED");
+    // A reserve-job of a delayed job is its claim alone (it used to write the job ready
+    // through the group commit first).
+    let d = c.put(0, 300, 60, "d").await;
+    assert_eq!(
+        c.job_cmd(&format!("reserve-job {d}")).await,
+        (format!("RESERVED {d} 1"), Some(b"d".to_vec()))
+    );
     // INSERTED comes after a group commit that covers every change submitted before it.
     let _ = c.put(0, 0, 60, "after").await;
     let writes = sql(
@@ -626,6 +634,7 @@ async fn a_release_or_bury_on_a_node_writes_its_row_once() {
     // Claimed (3), then released (0) or buried (2): once each, nothing after.
     assert_eq!(of(a), ["3", "0"], "job {a}'s updates: {writes:?}");
     assert_eq!(of(b), ["3", "2"], "job {b}'s updates: {writes:?}");
+    assert_eq!(of(d), ["3"], "job {d}'s updates: {writes:?}");
     assert_eq!(
         c.field(&format!("stats-job {a}"), "state").await,
         "ready",
@@ -722,6 +731,60 @@ async fn kick_and_peek_see_every_nodes_jobs() {
     assert_eq!(c2.field("stats", "cmd-kick").await, "2");
     assert_eq!(c2.field("stats", "cmd-peek-buried").await, "2");
     assert_eq!(c2.field("stats", "cmd-peek-delayed").await, "4");
+    drop((c1, c2));
+    one.shutdown().await;
+    two.shutdown().await;
+}
+
+/// `reserve-job` through any node takes a job put through another, whatever its state there
+/// (ready, delayed, buried), once: the database claims it unless someone holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reserve_job_takes_another_nodes_job_in_any_state_once() {
+    let Some(cluster) = cluster_for_test() else {
+        return;
+    };
+    let one = Running::open(&config(&cluster)).await;
+    let two = Running::open(&config(&cluster)).await;
+    let mut c1 = one.client().await;
+    let mut c2 = two.client().await;
+    let reserved = |id: u64, body: &str| {
+        (
+            format!("RESERVED {id} {}", body.len()),
+            Some(body.as_bytes().to_vec()),
+        )
+    };
+    let ready = c1.put(0, 0, 60, "ready").await;
+    let delayed = c1.put(0, 300, 60, "delayed").await;
+    let buried = c1.put(0, 0, 60, "buried").await;
+    assert_eq!(
+        c1.job_cmd(&format!("reserve-job {buried}")).await,
+        reserved(buried, "buried")
+    );
+    assert_eq!(c1.cmd(&format!("bury {buried} 0")).await, "BURIED");
+    for (id, body) in [(ready, "ready"), (delayed, "delayed"), (buried, "buried")] {
+        assert_eq!(
+            c2.job_cmd(&format!("reserve-job {id}")).await,
+            reserved(id, body)
+        );
+        // Held through node 2: node 1 cannot take it, delete it or act on it.
+        assert_eq!(c1.cmd(&format!("reserve-job {id}")).await, "NOT_FOUND");
+        assert_eq!(c1.cmd(&format!("delete {id}")).await, "NOT_FOUND");
+        assert_eq!(c1.cmd(&format!("kick-job {id}")).await, "NOT_FOUND");
+        assert_eq!(
+            c2.field(&format!("stats-job {id}"), "state").await,
+            "reserved"
+        );
+    }
+    // Released through node 2, taken through node 1.
+    assert_eq!(c2.cmd(&format!("release {delayed} 0 0")).await, "RELEASED");
+    assert_eq!(
+        c1.job_cmd(&format!("reserve-job {delayed}")).await,
+        reserved(delayed, "delayed")
+    );
+    assert_eq!(c2.cmd(&format!("delete {ready}")).await, "DELETED");
+    assert_eq!(c1.cmd(&format!("delete {delayed}")).await, "DELETED");
+    assert_eq!(c2.cmd(&format!("delete {buried}")).await, "DELETED");
+    assert_eq!(c1.cmd(&format!("reserve-job {ready}")).await, "NOT_FOUND");
     drop((c1, c2));
     one.shutdown().await;
     two.shutdown().await;

@@ -432,6 +432,83 @@ pub(crate) async fn run_checked(
     }
 }
 
+/// Before a command naming job `id` (`reserve-job`, `peek`, `stats-job`) runs on the engine:
+/// if the engine lacks the job (another node's, not adopted here yet), reads it, if no one
+/// holds it, and adopts it, as an announcement would after the affinity time. A job held
+/// through another node stays out (a `reserve-job` of it answers `NOT_FOUND`, as for any
+/// reserved job). A failed read is logged and the command runs on what the engine has.
+pub(crate) async fn fetch_if_missing(shared: &Arc<Shared>, active: &Arc<Active>, id: JobId) {
+    if shared.read(|engine| engine.job_state(id).is_some()) {
+        return;
+    }
+    let store = active.store.clone();
+    match blocking(move || store.get_free(&[id])).await {
+        Some(Ok(records)) => {
+            active.rows_read.fetch_add(
+                u64::try_from(records.len()).unwrap_or(u64::MAX),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            adopt_fresh(shared, records);
+        }
+        Some(Err(error)) => tracing::warn!(%error, id, "cannot read a job to adopt"),
+        None => {}
+    }
+}
+
+/// [`claim`] for `reserve-job`: the job whatever its state (the engine has just reserved it
+/// for `client`, from ready, delayed or buried), unless someone holds it. Not batched (a rare
+/// command); a lost claim drops the job from the engine as [`claim`] does.
+pub(crate) async fn claim_job(
+    shared: &Arc<Shared>,
+    active: &Arc<Active>,
+    client: ClientId,
+    id: JobId,
+) -> Option<bool> {
+    let holder = active.holder(client);
+    active
+        .claimers
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(client);
+    active.in_flight().start(id);
+    let a = active.clone();
+    let claim = blocking(move || a.node.claim_job(holder, id)).await;
+    if matches!(claim, Some(Ok(Some(_)))) {
+        active.in_flight().finish(id);
+        return Some(true);
+    }
+    shared.apply(|engine| engine.drop_cached(id));
+    let announced = active.in_flight().finish(id);
+    match claim {
+        Some(Ok(_)) => {
+            // Held elsewhere, or gone: it comes back announced if it is ever free again.
+            if announced {
+                readopt_later(shared.clone(), active.clone(), id, Duration::ZERO);
+            }
+            Some(false)
+        }
+        Some(Err(error)) => {
+            tracing::warn!(%error, id, "cannot claim a job in PostgreSQL");
+            readopt_later(
+                shared.clone(),
+                active.clone(),
+                id,
+                Duration::from_millis(100),
+            );
+            None
+        }
+        None => {
+            readopt_later(
+                shared.clone(),
+                active.clone(),
+                id,
+                Duration::from_millis(100),
+            );
+            None
+        }
+    }
+}
+
 /// Runs `ask` with this node's registration on a blocking thread; `None` (logged, with
 /// `what` it was doing) if the database could not be asked.
 async fn in_database<T: Send + 'static>(
