@@ -240,6 +240,7 @@ impl NodeSql {
     fn new(options: &PgOptions) -> NodeSql {
         let s = options.schema.as_str();
         let ch = options.schema.ready_channel();
+        let del = options.schema.delete_channel();
         // Ready for anyone at `now`: the claim's condition and the counts' "ready".
         let ready = "(j.state = 0 OR (j.state = 1 AND j.until_ms <= t.now) \
                      OR (j.state = 3 AND j.lease_until_ms <= t.now))";
@@ -312,18 +313,36 @@ impl NodeSql {
             ),
             // beanstalkd: anyone may delete a job that is not reserved; a reserved one only
             // its holder.
+            // A job the deleter did not hold (ready, delayed, buried) may sit in other nodes'
+            // caches: its delete is announced on the delete channel, which they listen to
+            // (as for `delete()` by SQL), so they forget it. A held job's delete, the usual
+            // end of a reserve, announces nothing: no notification, so no wait for
+            // PostgreSQL's notification lock at commit.
             delete: format!(
-                "DELETE FROM {s}.jobs j WHERE j.id = $1
-                   AND NOT (j.state = 3 AND j.holder <> $2 AND j.lease_until_ms > {s}.now_ms())
-                 RETURNING j.id"
+                "WITH d AS (
+                     DELETE FROM {s}.jobs j WHERE j.id = $1
+                       AND NOT (j.state = 3 AND j.holder <> $2
+                                AND j.lease_until_ms > {s}.now_ms())
+                     RETURNING j.id, j.state, j.holder
+                 )
+                 SELECT d.id FROM d LEFT JOIN LATERAL (
+                     SELECT pg_notify('{del}', d.id::text)
+                     WHERE NOT (d.state = 3 AND d.holder = $2)
+                 ) n ON true"
             ),
             // The same for many (id, holder) pairs in one round trip.
             delete_many: format!(
-                "WITH c AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS c(id, holder))
-                 DELETE FROM {s}.jobs j USING c WHERE j.id = c.id
-                   AND NOT (j.state = 3 AND j.holder <> c.holder
-                            AND j.lease_until_ms > {s}.now_ms())
-                 RETURNING j.id, c.holder"
+                "WITH c AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS c(id, holder)),
+                 d AS (
+                     DELETE FROM {s}.jobs j USING c WHERE j.id = c.id
+                       AND NOT (j.state = 3 AND j.holder <> c.holder
+                                AND j.lease_until_ms > {s}.now_ms())
+                     RETURNING j.id, c.holder, j.state, j.holder AS held_by
+                 )
+                 SELECT d.id, d.holder FROM d LEFT JOIN LATERAL (
+                     SELECT pg_notify('{del}', d.id::text)
+                     WHERE NOT (d.state = 3 AND d.held_by = d.holder)
+                 ) n ON true"
             ),
             release: format!(
                 "WITH r AS (
@@ -722,7 +741,9 @@ impl Node {
     }
 
     /// Deletes `id` unless someone other than `holder` holds it under a live lease. False:
-    /// no such job, or another holder has it (`NOT_FOUND`).
+    /// no such job, or another holder has it (`NOT_FOUND`). The delete of a job `holder` did
+    /// not hold is announced on the schema's delete channel, so other nodes drop it from
+    /// their caches.
     ///
     /// # Errors
     ///

@@ -789,3 +789,43 @@ async fn reserve_job_takes_another_nodes_job_in_any_state_once() {
     one.shutdown().await;
     two.shutdown().await;
 }
+
+/// A job deleted through another node than the one that holds it in its cache (buried or
+/// delayed there) leaves that cache too: a delete of a job the deleter did not hold is
+/// announced on the delete channel. Before, node 1 kept such jobs for good (its `stats`
+/// counted them, its engine kept them in memory).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_deleted_through_another_node_leaves_every_cache() {
+    let Some(cluster) = cluster_for_test() else {
+        return;
+    };
+    let one = Running::open(&config(&cluster)).await;
+    let two = Running::open(&config(&cluster)).await;
+    let mut c1 = one.client().await;
+    let mut c2 = two.client().await;
+    let buried = c1.put(0, 0, 60, "buried").await;
+    let delayed = c1.put(0, 300, 60, "delayed").await;
+    assert_eq!(c1.reserve(10).await, (buried, "buried".to_owned()));
+    assert_eq!(c1.cmd(&format!("bury {buried} 0")).await, "BURIED");
+    assert_eq!(c1.field("stats", "current-jobs-buried").await, "1");
+    assert_eq!(c1.field("stats", "current-jobs-delayed").await, "1");
+    assert_eq!(c2.cmd(&format!("delete {buried}")).await, "DELETED");
+    assert_eq!(c2.cmd(&format!("delete {delayed}")).await, "DELETED");
+    // The announcement reaches node 1's listener within its next round (20 ms to 200 ms).
+    let mut counts = (String::new(), String::new());
+    for _ in 0..100 {
+        counts = (
+            c1.field("stats", "current-jobs-buried").await,
+            c1.field("stats", "current-jobs-delayed").await,
+        );
+        if counts == ("0".to_owned(), "0".to_owned()) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(counts, ("0".to_owned(), "0".to_owned()), "node 1's cache");
+    assert_eq!(c1.cmd(&format!("delete {buried}")).await, "NOT_FOUND");
+    drop((c1, c2));
+    one.shutdown().await;
+    two.shutdown().await;
+}
