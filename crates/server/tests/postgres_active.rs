@@ -30,10 +30,7 @@ async fn two_nodes_serve_one_schema() {
     let Some(cluster) = cluster_for_test() else {
         return;
     };
-    let one = Running::open(&config(&cluster)).await;
-    let two = Running::open(&config(&cluster)).await;
-    let mut c1 = one.client().await;
-    let mut c2 = two.client().await;
+    let (one, two, mut c1, mut c2) = two_nodes(&cluster).await;
 
     // Put on node 1, reserved through node 2 (announced, adopted, claimed).
     let a = c1.put(10, 0, 60, "a").await;
@@ -115,10 +112,7 @@ async fn a_reserve_on_one_node_claims_a_job_put_through_another_and_its_delete_c
     let Some(cluster) = cluster_for_test() else {
         return;
     };
-    let one = Running::open(&config(&cluster)).await;
-    let two = Running::open(&config(&cluster)).await;
-    let mut c1 = one.client().await;
-    let mut c2 = two.client().await;
+    let (one, two, mut c1, mut c2) = two_nodes(&cluster).await;
     let url = cluster.url();
     let rows = move |id: u64| {
         let url = url.clone();
@@ -441,11 +435,17 @@ async fn a_node_whose_clock_is_ahead_loses_no_claim_as_not_due() {
 /// that read before it looks at any announcement. Without this, a loaded machine could bring
 /// the helper's `LISTEN` up after a test's next put, and that first read would read the job
 /// early.
+/// Two nodes on `cluster`'s schema and a client of each.
+async fn two_nodes(cluster: &Cluster) -> (Running, Running, util::Client, util::Client) {
+    let one = Running::open(&config(cluster)).await;
+    let two = Running::open(&config(cluster)).await;
+    let c1 = one.client().await;
+    let c2 = two.client().await;
+    (one, two, c1, c2)
+}
+
 async fn two_nodes_listening(cluster: &Cluster) -> (Running, Running, util::Client, util::Client) {
-    let owner = Running::open(&config(cluster)).await;
-    let helper = Running::open(&config(cluster)).await;
-    let mut p = owner.client().await;
-    let mut c = helper.client().await;
+    let (owner, helper, mut p, mut c) = two_nodes(cluster).await;
     let warm = p.put(0, 0, 60, "warm").await;
     assert_eq!(c.reserve(10).await, (warm, "warm".to_owned()));
     assert_eq!(c.cmd(&format!("delete {warm}")).await, "DELETED");
@@ -654,10 +654,7 @@ async fn kick_and_peek_see_every_nodes_jobs() {
     let Some(cluster) = cluster_for_test() else {
         return;
     };
-    let one = Running::open(&config(&cluster)).await;
-    let two = Running::open(&config(&cluster)).await;
-    let mut c1 = one.client().await;
-    let mut c2 = two.client().await;
+    let (one, two, mut c1, mut c2) = two_nodes(&cluster).await;
     for c in [&mut c1, &mut c2] {
         assert_eq!(c.cmd("use k").await, "USING k");
         assert_eq!(c.cmd("watch k").await, "WATCHING 2");
@@ -743,10 +740,7 @@ async fn reserve_job_takes_another_nodes_job_in_any_state_once() {
     let Some(cluster) = cluster_for_test() else {
         return;
     };
-    let one = Running::open(&config(&cluster)).await;
-    let two = Running::open(&config(&cluster)).await;
-    let mut c1 = one.client().await;
-    let mut c2 = two.client().await;
+    let (one, two, mut c1, mut c2) = two_nodes(&cluster).await;
     let reserved = |id: u64, body: &str| {
         (
             format!("RESERVED {id} {}", body.len()),
@@ -799,10 +793,7 @@ async fn a_job_deleted_through_another_node_leaves_every_cache() {
     let Some(cluster) = cluster_for_test() else {
         return;
     };
-    let one = Running::open(&config(&cluster)).await;
-    let two = Running::open(&config(&cluster)).await;
-    let mut c1 = one.client().await;
-    let mut c2 = two.client().await;
+    let (one, two, mut c1, mut c2) = two_nodes(&cluster).await;
     let buried = c1.put(0, 0, 60, "buried").await;
     let delayed = c1.put(0, 300, 60, "delayed").await;
     assert_eq!(c1.reserve(10).await, (buried, "buried".to_owned()));

@@ -271,23 +271,13 @@ pub(crate) async fn claim(
     client: ClientId,
     id: JobId,
 ) -> Option<bool> {
-    let holder = active.holder(client);
-    // Before the claim is sent: a hang-up from now on releases what the client may hold.
-    active
-        .claimers
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(client);
-    active.in_flight().start(id);
+    let holder = claim_starts(active, client, id);
     let claim = Batcher::ask(&active.batch.claims, (id, holder)).await;
     if matches!(claim, Ok(ClaimOutcome { won: true, .. })) {
         active.in_flight().finish(id);
         return Some(true);
     }
-    // Lost (or not asked): the engine drops the job first, then the in-flight mark goes, so an
-    // announcement the watcher skipped because the engine still had it is seen here.
-    shared.apply(|engine| engine.drop_cached(id));
-    let announced = active.in_flight().finish(id);
+    let announced = claim_lost(shared, active, id);
     let claim = match claim {
         Ok(claim) => claim,
         Err(error) => {
@@ -455,6 +445,26 @@ pub(crate) async fn fetch_if_missing(shared: &Arc<Shared>, active: &Arc<Active>,
     }
 }
 
+/// Before a claim of `id` for `client` is sent: a hang-up from now on releases what the
+/// client may hold, and the claim is in flight ([`InFlight`]). Returns the holder.
+fn claim_starts(active: &Active, client: ClientId, id: JobId) -> i64 {
+    active
+        .claimers
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(client);
+    active.in_flight().start(id);
+    active.holder(client)
+}
+
+/// A claim of `id` lost (or not asked): the engine drops the job first, then the in-flight
+/// mark goes, so an announcement the watcher skipped because the engine still had it is
+/// seen. Returns whether one came.
+fn claim_lost(shared: &Shared, active: &Active, id: JobId) -> bool {
+    shared.apply(|engine| engine.drop_cached(id));
+    active.in_flight().finish(id)
+}
+
 /// [`claim`] for `reserve-job`: the job whatever its state (the engine has just reserved it
 /// for `client`, from ready, delayed or buried), unless someone holds it. Not batched (a rare
 /// command); a lost claim drops the job from the engine as [`claim`] does.
@@ -464,21 +474,14 @@ pub(crate) async fn claim_job(
     client: ClientId,
     id: JobId,
 ) -> Option<bool> {
-    let holder = active.holder(client);
-    active
-        .claimers
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(client);
-    active.in_flight().start(id);
+    let holder = claim_starts(active, client, id);
     let a = active.clone();
     let claim = blocking(move || a.node.claim_job(holder, id)).await;
     if matches!(claim, Some(Ok(Some(_)))) {
         active.in_flight().finish(id);
         return Some(true);
     }
-    shared.apply(|engine| engine.drop_cached(id));
-    let announced = active.in_flight().finish(id);
+    let announced = claim_lost(shared, active, id);
     match claim {
         Some(Ok(_)) => {
             // Held elsewhere, or gone: it comes back announced if it is ever free again.
