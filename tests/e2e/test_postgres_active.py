@@ -169,3 +169,38 @@ def test_async_claims_need_active_active(pg_cluster):
         env={k: v for k, v in os.environ.items() if k != "RUST_BACKTRACE"})
     assert done.returncode == 1, done
     assert "--postgres-claim-commit async needs --postgres-mode active-active" in done.stderr
+
+
+def test_kick_peek_and_reserve_job_across_nodes(workdir, pg_cluster):
+    """greenstalk against two active-active nodes: a job buried through one node is seen by
+    `peek-buried` and kicked through the other, and `reserve-job` through either node takes
+    the other node's job once (Rust tests: crates/server/tests/postgres_active.rs)."""
+    url = pg_cluster.create_db()
+    nodes = start_active_nodes(url, workdir, count=2)
+    try:
+        one = greenstalk.Client(("127.0.0.1", nodes[0].port), use="x", watch="x")
+        two = greenstalk.Client(("127.0.0.1", nodes[1].port), use="x", watch="x")
+        a = one.put("a", priority=5)
+        job = one.reserve(timeout=10)
+        assert job.id == a
+        one.bury(job)
+        assert two.peek_buried().id == a
+        assert two.kick(10) == 1
+        with pytest.raises(greenstalk.NotFoundError):
+            two.peek_buried()
+        assert one.peek_ready().id == a
+        # reserve-job through node 2 of node 1's job; node 1 cannot take it then.
+        assert two.reserve_job(a).body == "a"
+        with pytest.raises(greenstalk.NotFoundError):
+            one.reserve_job(a)
+        two.release(greenstalk.Job(a, "a"), delay=1)
+        assert one.peek_delayed().id == a
+        assert one.reserve(timeout=10).id == a
+        one.delete(a)
+        with pytest.raises(greenstalk.NotFoundError):
+            two.peek(a)
+        one.close()
+        two.close()
+    finally:
+        for n in nodes:
+            n.close()

@@ -198,8 +198,8 @@ async fn in_cluster<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     shutdown: &CancellationToken,
 ) -> std::io::Result<Option<Reply>> {
     if let Command::ReserveJob(id) | Command::Peek(id) | Command::StatsJob(id) = command {
-        // Another node's job this node has not adopted: read it first.
-        active::fetch_if_missing(shared, active, *id).await;
+        // The job as the database has it, not as this node last heard of it.
+        active::refresh(shared, active, *id).await;
     }
     match command {
         Command::Reserve | Command::ReserveWithTimeout(_) | Command::ReserveJob(_) => {

@@ -422,25 +422,34 @@ pub(crate) async fn run_checked(
     }
 }
 
-/// Before a command naming job `id` (`reserve-job`, `peek`, `stats-job`) runs on the engine:
-/// if the engine lacks the job (another node's, not adopted here yet), reads it, if no one
-/// holds it, and adopts it, as an announcement would after the affinity time. A job held
-/// through another node stays out (a `reserve-job` of it answers `NOT_FOUND`, as for any
-/// reserved job). A failed read is logged and the command runs on what the engine has.
-pub(crate) async fn fetch_if_missing(shared: &Arc<Shared>, active: &Arc<Active>, id: JobId) {
-    if shared.read(|engine| engine.job_state(id).is_some()) {
-        return;
-    }
+/// Before a command naming job `id` runs on the engine (`reserve-job`, `peek`, `stats-job`),
+/// the cache is brought up to the database's view of it: a job no one holds is read and
+/// adopted (another node's, not adopted here yet, or a stale copy: say, delayed here while
+/// another node kicked it); a job the database no longer has is forgotten (deleted through
+/// another node while reserved there, which no one announces). A job held through another
+/// node is left as the cache has it: a `reserve-job` of it loses its claim and answers
+/// `NOT_FOUND`. A failed read is logged and the command runs on what the engine has.
+pub(crate) async fn refresh(shared: &Arc<Shared>, active: &Arc<Active>, id: JobId) {
     let store = active.store.clone();
-    match blocking(move || store.get_free(&[id])).await {
-        Some(Ok(records)) => {
+    let read = blocking(move || -> Result<_, tickwheel_store::StoreError> {
+        let free = store.get_free(&[id])?;
+        let exists = !free.is_empty() || !store.existing(&[id])?.is_empty();
+        Ok((free, exists))
+    })
+    .await;
+    match read {
+        Some(Ok((free, exists))) => {
             active.rows_read.fetch_add(
-                u64::try_from(records.len()).unwrap_or(u64::MAX),
+                u64::try_from(free.len()).unwrap_or(u64::MAX),
                 std::sync::atomic::Ordering::Relaxed,
             );
-            adopt_fresh(shared, records);
+            if exists {
+                adopt_fresh(shared, free);
+            } else {
+                shared.apply(|engine| engine.forget(id));
+            }
         }
-        Some(Err(error)) => tracing::warn!(%error, id, "cannot read a job to adopt"),
+        Some(Err(error)) => tracing::warn!(%error, id, "cannot read a job to refresh"),
         None => {}
     }
 }
