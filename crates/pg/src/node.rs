@@ -17,7 +17,9 @@
 //!   whether or not [`Node::expire`] has swept it back to ready yet.
 //! - **Other nodes hear of it.** Jobs that become ready for everyone (puts, releases, expiries,
 //!   kicks) are announced with `NOTIFY <schema>_ready` (payload: comma-separated ids, a delayed
-//!   put's followed by its due time: [`crate::parse_ready`]): in the
+//!   put's or release's followed by its due time: [`crate::parse_ready`]), and the delete of
+//!   a job the deleter did not hold with `NOTIFY <schema>_delete` (so other nodes' caches drop
+//!   it; a held job's delete announces nothing): in the
 //!   same transaction for this type's statements, right after the commit for the group
 //!   commit's puts ([`crate::PgStore::shared`]), so a committed change wakes reservers on every
 //!   listening node and a rolled-back one wakes nobody. A node killed between a group commit
