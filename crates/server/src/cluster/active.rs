@@ -484,30 +484,22 @@ pub(crate) async fn claim_job(
     id: JobId,
 ) -> Option<bool> {
     let holder = claim_starts(active, client, id);
-    let a = active.clone();
-    let claim = blocking(move || a.node.claim_job(holder, id)).await;
-    if matches!(claim, Some(Ok(Some(_)))) {
+    let claim = in_database(active, "claim a job", move |node| {
+        node.claim_job(holder, id)
+    })
+    .await;
+    if matches!(claim, Some(Some(_))) {
         active.in_flight().finish(id);
         return Some(true);
     }
     let announced = claim_lost(shared, active, id);
     match claim {
-        Some(Ok(_)) => {
-            // Held elsewhere, or gone: it comes back announced if it is ever free again.
+        // Held elsewhere, or gone: it comes back announced if it is ever free again.
+        Some(_) => {
             if announced {
                 readopt_later(shared.clone(), active.clone(), id, Duration::ZERO);
             }
             Some(false)
-        }
-        Some(Err(error)) => {
-            tracing::warn!(%error, id, "cannot claim a job in PostgreSQL");
-            readopt_later(
-                shared.clone(),
-                active.clone(),
-                id,
-                Duration::from_millis(100),
-            );
-            None
         }
         None => {
             readopt_later(
