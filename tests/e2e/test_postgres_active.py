@@ -13,7 +13,9 @@ delays, kill -9 of one node in the middle and its restart:
   lease had run out first); no two deliveries both end in DELETED.
 
 Run with both `--postgres-claim-commit` settings: `async` claims skip only their WAL flush
-(what a crash of PostgreSQL itself could lose), so a node's kill -9 finds the same guarantees.
+(what a crash of PostgreSQL itself could lose), so a node's kill -9 finds the same guarantees;
+and with `--postgres-claim-ahead` (the killed node's stocked jobs come back when their leases
+lapse, its clients' as well).
 
 Scale: TICKWHEEL_PG_JOBS (default 3000) jobs.
 """
@@ -34,12 +36,16 @@ from pgload import left_over, listening, produce, start_active_nodes, wait_drain
 TTR = 3
 
 
-@pytest.mark.parametrize("claim_commit", ["sync", "async"])
-def test_three_active_nodes_kill_and_restart(workdir, pg_cluster, claim_commit):
+@pytest.mark.parametrize("extra", [
+    ["--postgres-claim-commit", "sync"],
+    ["--postgres-claim-commit", "async"],
+    ["--postgres-claim-commit", "async", "--postgres-claim-ahead", "16"],
+], ids=["sync", "async", "async-claim-ahead"])
+def test_three_active_nodes_kill_and_restart(workdir, pg_cluster, extra):
     url = pg_cluster.create_db()
     total = int(os.environ.get("TICKWHEEL_PG_JOBS", "3000"))
     producers, consumers = 10, 10
-    nodes = start_active_nodes(url, workdir, extra=["--postgres-claim-commit", claim_commit])
+    nodes = start_active_nodes(url, workdir, extra=extra)
 
     lock = threading.Lock()
     acked = {}          # body -> (time before put was sent, delay)
@@ -158,17 +164,22 @@ def test_three_active_nodes_kill_and_restart(workdir, pg_cluster, claim_commit):
         n.close()
 
 
-def test_async_claims_need_active_active(pg_cluster):
+@pytest.mark.parametrize("flag", [
+    ["--postgres-claim-commit", "async"],
+    ["--postgres-claim-ahead", "4"],
+], ids=["claim-commit", "claim-ahead"])
+def test_claim_options_need_active_active(pg_cluster, flag):
     """A standby-mode node claims nothing in the database, so `--postgres-claim-commit async`
-    without `--postgres-mode active-active` is refused at start-up rather than ignored."""
+    or `--postgres-claim-ahead` without `--postgres-mode active-active` is refused at start-up
+    rather than ignored."""
     url = pg_cluster.create_db()
     done = subprocess.run(
-        [tickwheel_bin(), "-l", "127.0.0.1", "-p", "0", "--postgres", url,
-         "--postgres-claim-commit", "async"],
+        [tickwheel_bin(), "-l", "127.0.0.1", "-p", "0", "--postgres", url] + flag,
         capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
         env={k: v for k, v in os.environ.items() if k != "RUST_BACKTRACE"})
     assert done.returncode == 1, done
-    assert "--postgres-claim-commit async needs --postgres-mode active-active" in done.stderr
+    assert f"{flag[0]}{' async' if flag[1] == 'async' else ''} needs --postgres-mode active-active" \
+        in done.stderr
 
 
 def test_kick_peek_and_reserve_job_across_nodes(workdir, pg_cluster):

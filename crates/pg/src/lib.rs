@@ -63,7 +63,10 @@ mod note;
 mod schema;
 
 pub use lock::ActiveLock;
-pub use node::{Claimed, Claims, Lost, Node, Peek, TubeCounts, NODE_CONNECTIONS, NODE_ID_BLOCK};
+pub use node::{
+    Claimed, Claims, Lost, Node, Peek, TubeCounts, NODE_CONNECTIONS, NODE_ID_BLOCK, STOCK_BIT,
+    STOCK_HOLD_MS,
+};
 #[doc(hidden)]
 pub use note::fuzz_check as fuzz_check_note;
 pub use note::parse_ready;
@@ -93,6 +96,19 @@ pub struct PgOptions {
     /// flushes the claims committed before it. Off (the default): a client hears `RESERVED`
     /// only once its claim is on disk. See [`Node::claim`].
     pub async_claims: bool,
+    /// Active-active: jobs a node claims ahead for its reservers, at most (`--postgres-claim-ahead
+    /// N`; 0, the default, claims each job as a client reserves it). When a reserve's claim
+    /// runs while more jobs of its tube are ready in the node's engine, up to this many of
+    /// them are claimed too, in the same statement, for the node's *stock*
+    /// ([`Node::stock_holder`]); a later reserve that the engine hands a stocked job answers
+    /// at once, and the job stays held by the stock in the database while the node's client
+    /// has it. A worker connection then no longer waits a database round trip per job.
+    /// What differs: a stocked job not handed out yet counts as reserved in `stats-tube`,
+    /// is not shown by `peek-ready` and cannot be deleted through another node, for at most
+    /// half of [`STOCK_HOLD_MS`] (then it goes back to ready); a handed-out job's lease runs
+    /// up to [`STOCK_HOLD_MS`] past its client's TTR, so when its node is killed it is
+    /// offered again that much later than a job reserved without the stock.
+    pub claim_ahead: usize,
 }
 
 impl PgOptions {
@@ -104,6 +120,7 @@ impl PgOptions {
             retry: Duration::from_secs(30),
             active_active: false,
             async_claims: false,
+            claim_ahead: 0,
         }
     }
 }

@@ -46,6 +46,16 @@ use crate::{big, PgError, PgOptions};
 /// each other, a phase-1 node's ids, or the SQL puts' ids (from 2^62).
 pub const NODE_ID_BLOCK: u64 = 1 << 36;
 
+/// The bit of a holder number that marks a node's stock ([`Node::stock_holder`]): jobs it
+/// claimed ahead for its reservers ([`PgOptions::claim_ahead`]). Client holders never set it
+/// ([`Node::holder`] keeps a client's low 31 bits).
+pub const STOCK_BIT: i64 = 1 << 31;
+
+/// How much longer than its TTR a stocked job's lease runs ([`PgOptions::claim_ahead`]): a
+/// node hands a stocked job out only within half of this after it sent the claim, so the
+/// lease outlives the TTR of the client that gets it.
+pub const STOCK_HOLD_MS: u64 = 1000;
+
 /// The most ids announced in one notification (a NOTIFY payload must stay below 8000 bytes;
 /// an id is at most 19 digits and a comma).
 const IDS_PER_NOTE: i64 = 300;
@@ -217,6 +227,7 @@ impl Conn {
 struct NodeSql {
     claim: String,
     claim_job: String,
+    unstock: String,
     delete: String,
     delete_many: String,
     release: String,
@@ -246,6 +257,16 @@ impl NodeSql {
         // Ready for anyone at `now`: the claim's condition and the counts' "ready".
         let ready = "(j.state = 0 OR (j.state = 1 AND j.until_ms <= t.now) \
                      OR (j.state = 3 AND j.lease_until_ms <= t.now))";
+        // A client's claim of a job its own node stocked: the stock's lease becomes the
+        // client's (a claim by the stock itself does not take it again).
+        let own_stock = format!(
+            "(j.state = 3 AND c.holder & {STOCK_BIT} = 0 \
+              AND j.holder = ((c.holder >> 32) << 32) | {STOCK_BIT} AND j.lease_until_ms > t.now)"
+        );
+        // Whether claiming the row ends a client's reservation whose lease lapsed (a
+        // reserve and a time-out in its history; a stock's lapse is neither).
+        let lapsed_client = format!("j.state = 3 AND j.holder & {STOCK_BIT} = 0");
+        let stock_hold = STOCK_HOLD_MS;
         // One more of a job's counter (migration 4: NULL is 0; u32 at most, as in the engine).
         let [reserves_up, timeouts_up, releases_up, buries_up, kicks_up] =
             ["reserves", "timeouts", "releases", "buries", "kicks"].map(crate::count_up);
@@ -284,13 +305,16 @@ impl NodeSql {
                  c AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS c(id, holder)),
                  w AS (
                      UPDATE {s}.jobs j SET state = 3, holder = c.holder,
-                         lease_until_ms = t.now + j.ttr_ms,
-                         reserves = CASE WHEN j.state = 3 THEN {reserves_up} ELSE j.reserves END,
-                         timeouts = CASE WHEN j.state = 3 THEN {timeouts_up} ELSE j.timeouts END
+                         lease_until_ms = t.now + j.ttr_ms
+                             + CASE WHEN c.holder & {STOCK_BIT} <> 0 THEN {stock_hold} ELSE 0 END,
+                         reserves = CASE WHEN {lapsed_client} THEN {reserves_up} ELSE j.reserves END,
+                         timeouts = CASE WHEN {lapsed_client} THEN {timeouts_up} ELSE j.timeouts END
                      FROM c, t
-                     WHERE j.id = c.id AND {ready}
-                       AND NOT EXISTS (SELECT 1 FROM {s}.tubes p
-                                       WHERE p.name = j.tube AND p.paused_until_ms > t.now)
+                     WHERE j.id = c.id
+                       AND (({ready}
+                             AND NOT EXISTS (SELECT 1 FROM {s}.tubes p
+                                             WHERE p.name = j.tube AND p.paused_until_ms > t.now))
+                            OR {own_stock})
                      RETURNING j.id, j.holder, j.lease_until_ms
                  )
                  SELECT c.id, c.holder, t.now, w.holder, w.lease_until_ms,
@@ -303,14 +327,25 @@ impl NodeSql {
             // `reserve-job`: the job whatever its state (ready, delayed, buried), unless
             // someone holds it under a live lease; a paused tube does not stop it (as
             // beanstalkd). Counted as a claim is.
+            // Jobs of a node's stock back to ready, announced: not handed out in time (no
+            // counter moves), or held by a client that hung up ($3: a reserve ended).
+            unstock: format!(
+                "WITH r AS (
+                     UPDATE {s}.jobs j SET state = 0, holder = NULL, lease_until_ms = NULL,
+                         reserves = CASE WHEN $3 THEN {reserves_up} ELSE j.reserves END
+                     WHERE j.id = ANY($1::bigint[]) AND j.state = 3 AND j.holder = $2
+                     RETURNING j.id
+                 ) {}",
+                announce("r")
+            ),
             claim_job: format!(
                 "WITH t AS MATERIALIZED (SELECT {s}.now_ms() AS now)
                  UPDATE {s}.jobs j SET state = 3, holder = $2,
                      lease_until_ms = t.now + j.ttr_ms,
-                     reserves = CASE WHEN j.state = 3 THEN {reserves_up} ELSE j.reserves END,
-                     timeouts = CASE WHEN j.state = 3 THEN {timeouts_up} ELSE j.timeouts END
-                 FROM t
-                 WHERE j.id = $1 AND NOT (j.state = 3 AND j.lease_until_ms > t.now)
+                     reserves = CASE WHEN {lapsed_client} THEN {reserves_up} ELSE j.reserves END,
+                     timeouts = CASE WHEN {lapsed_client} THEN {timeouts_up} ELSE j.timeouts END
+                 FROM t, (SELECT $2::bigint AS holder) c
+                 WHERE j.id = $1 AND (NOT (j.state = 3 AND j.lease_until_ms > t.now) OR {own_stock})
                  RETURNING j.lease_until_ms"
             ),
             // beanstalkd: anyone may delete a job that is not reserved; a reserved one only
@@ -447,7 +482,8 @@ impl NodeSql {
                 "WITH t AS MATERIALIZED (SELECT {s}.now_ms() AS now),
                  e AS (
                      UPDATE {s}.jobs j SET state = 0, holder = NULL, lease_until_ms = NULL,
-                         reserves = {reserves_up}, timeouts = {timeouts_up}
+                         reserves = CASE WHEN {lapsed_client} THEN {reserves_up} ELSE j.reserves END,
+                         timeouts = CASE WHEN {lapsed_client} THEN {timeouts_up} ELSE j.timeouts END
                      WHERE j.id IN (SELECT id FROM {s}.jobs
                                     WHERE state = 3 AND lease_until_ms <= (SELECT now FROM t)
                                     ORDER BY lease_until_ms LIMIT $1
@@ -601,6 +637,11 @@ impl Node {
         Ok(values)
     }
 
+    /// Jobs this node may claim ahead of its reservers ([`PgOptions::claim_ahead`]).
+    pub fn claim_ahead(&self) -> usize {
+        self.options.claim_ahead
+    }
+
     /// This node's id (unique among the schema's nodes, never reused).
     pub fn id(&self) -> i64 {
         self.id
@@ -622,6 +663,32 @@ impl Node {
     /// clients alive at once unless 2^31 clients connect during one lease).
     pub fn holder(&self, client: u64) -> i64 {
         (self.id << 32) | i64::try_from(client & 0x7fff_ffff).unwrap_or(0)
+    }
+
+    /// The holder number of this node's stock: jobs it claimed ahead of its reservers
+    /// ([`PgOptions::claim_ahead`]) and keeps holding under this number when it hands them
+    /// out (the node knows which of its clients has each). A claim by one of this node's
+    /// clients takes a job of it over; no other node's claim does until its lease
+    /// ([`STOCK_HOLD_MS`] past the TTR from the stock's claim, or a TTR from a `touch`)
+    /// lapses.
+    pub fn stock_holder(&self) -> i64 {
+        (self.id << 32) | STOCK_BIT
+    }
+
+    /// Returns those of `ids` this node's stock still holds to ready, and announces them:
+    /// jobs not handed out in time, or (`reserve_ended`, counted in their history) jobs a
+    /// client that hung up was given. Returns the ids it returned.
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn unstock(&self, ids: &[JobId], reserve_ended: bool) -> Result<Vec<JobId>, PgError> {
+        let ids: Vec<i64> = ids.iter().map(|id| big(*id)).collect();
+        let holder = self.stock_holder();
+        let rows = self.run(&self.sql.unstock, |c, st| {
+            c.query(st, &[&ids, &holder, &reserve_ended])
+        })?;
+        Ok(ids_of(&rows))
     }
 
     /// A free connection if there is one, else the next in turn (waiting for it).

@@ -477,6 +477,13 @@ impl Handle {
     pub fn releases_on_hang_up(&self) -> Option<u64> {
         self.shared.active.get().map(|a| a.releases())
     }
+
+    /// Active-active on PostgreSQL with `--postgres-claim-ahead`: how many reserves this node
+    /// answered with a job it had claimed ahead (no claim round trip). `None` in other modes.
+    #[must_use]
+    pub fn stock_handouts(&self) -> Option<u64> {
+        self.shared.active.get().map(|a| a.stock_handouts())
+    }
 }
 
 /// The engine a server starts from, and how many jobs it recovered: the stored jobs due within

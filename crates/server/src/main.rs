@@ -132,6 +132,15 @@ struct Args {
         requires = "postgres"
     )]
     postgres_claim_commit: ClaimCommit,
+    /// With --postgres-mode active-active: jobs a node may claim ahead of its reservers (0,
+    /// the default: each job is claimed as a client reserves it, one database round trip per
+    /// reserve). With N > 0, a reserve's claim also takes up to N more ready jobs of its tube
+    /// for the node, which later reserves hand out at once. Meanwhile those jobs count as
+    /// ready everywhere but only their node hands them out or deletes them; one not handed
+    /// out within 0.5 s goes back to ready, and if the node is killed they return after their
+    /// TTR plus 1 s, as reserved jobs do.
+    #[arg(long, value_name = "N", default_value_t = 0, requires = "postgres")]
+    postgres_claim_ahead: u16,
     /// Maximum job size in bytes (at most 1073741824: larger values are lowered to it, as
     /// beanstalkd does).
     #[arg(short = 'z', value_name = "BYTES", default_value_t = 65_535, value_parser = c_size, allow_hyphen_values = true)]
@@ -337,6 +346,9 @@ fn main() -> anyhow::Result<()> {
         // A standby-mode node claims nothing in the database: the flag would do nothing.
         anyhow::bail!("--postgres-claim-commit async needs --postgres-mode active-active");
     }
+    if args.postgres_claim_ahead > 0 && args.postgres_mode != PgMode::ActiveActive {
+        anyhow::bail!("--postgres-claim-ahead needs --postgres-mode active-active");
+    }
     let postgres = match &args.postgres {
         Some(url) => Some(PgOptions {
             url: url.clone(),
@@ -344,6 +356,7 @@ fn main() -> anyhow::Result<()> {
             retry: std::time::Duration::from_secs(args.postgres_retry_secs),
             active_active: args.postgres_mode == PgMode::ActiveActive,
             async_claims: args.postgres_claim_commit == ClaimCommit::Async,
+            claim_ahead: usize::from(args.postgres_claim_ahead),
         }),
         None => None,
     };

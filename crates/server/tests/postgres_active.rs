@@ -163,23 +163,30 @@ async fn a_reserve_on_one_node_claims_a_job_put_through_another_and_its_delete_c
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_reservers_on_two_nodes_never_share_a_job() {
-    racing_reservers(false).await;
+    racing_reservers(false, 0).await;
 }
 
 /// The same with claims that do not wait for their WAL flush (`--postgres-claim-commit
 /// async`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_reservers_with_async_claims_never_share_a_job() {
-    racing_reservers(true).await;
+    racing_reservers(true, 0).await;
 }
 
-async fn racing_reservers(async_claims: bool) {
+/// The same with nodes that claim jobs ahead of their reservers (`--postgres-claim-ahead`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_reservers_claiming_ahead_never_share_a_job() {
+    racing_reservers(false, 8).await;
+}
+
+async fn racing_reservers(async_claims: bool, claim_ahead: usize) {
     let Some(cluster) = cluster_for_test() else {
         return;
     };
     let mut config = config(&cluster);
     if let Some(options) = config.postgres.as_mut() {
         options.async_claims = async_claims;
+        options.claim_ahead = claim_ahead;
     }
     let one = Running::open(&config).await;
     let two = Running::open(&config).await;
@@ -230,6 +237,12 @@ async fn racing_reservers(async_claims: bool) {
     for (id, h) in &holders {
         assert_eq!(h.len(), 1, "job {id} went to workers {h:?}");
     }
+    let handouts = one.handle.stock_handouts().unwrap() + two.handle.stock_handouts().unwrap();
+    assert_eq!(
+        handouts > 0,
+        claim_ahead > 0,
+        "{handouts} jobs handed out from a stock"
+    );
     drop((producer, open));
     one.shutdown().await;
     two.shutdown().await;
@@ -818,6 +831,154 @@ async fn a_job_deleted_through_another_node_leaves_every_cache() {
     assert_eq!(counts, ("0".to_owned(), "0".to_owned()), "node 1's cache");
     assert_eq!(c1.cmd(&format!("delete {buried}")).await, "NOT_FOUND");
     drop((c1, c2));
+    one.shutdown().await;
+    two.shutdown().await;
+}
+
+/// Rows of `tickwheel.jobs` held by a node's stock (`--postgres-claim-ahead`), as ids.
+async fn stocked(url: &str) -> Vec<u64> {
+    let url = url.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        admin
+            .query(
+                "SELECT id FROM tickwheel.jobs WHERE state = 3 AND holder & $1 <> 0 ORDER BY id",
+                &[&tickwheel_pg::STOCK_BIT],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| u64::try_from(r.get::<_, i64>(0)).unwrap())
+            .collect()
+    })
+    .await
+    .unwrap()
+}
+
+/// Waits (up to 10 s) until the stock holds `want`.
+async fn until_stocked(url: &str, want: &[u64]) {
+    for _ in 0..200 {
+        if stocked(url).await == want {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the stock holds {:?}, not {want:?}", stocked(url).await);
+}
+
+fn claiming_ahead(cluster: &Cluster, jobs: usize) -> Config {
+    let mut config = config(cluster);
+    if let Some(options) = config.postgres.as_mut() {
+        options.claim_ahead = jobs;
+    }
+    config
+}
+
+/// `--postgres-claim-ahead`: a reserve's claim takes the next ready jobs of its tube for the
+/// node too; the engine hands them out without a claim each, the database keeps the node's
+/// stock as their holder, and only the client given one acts on it as its holder; a job not
+/// handed out yet is deleted by any of the node's clients, and another node neither hands it
+/// out nor deletes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_claimed_ahead_go_to_one_client_each_and_only_it_acts_on_them() {
+    let Some(cluster) = cluster_for_test() else {
+        return;
+    };
+    let one = Running::open(&claiming_ahead(&cluster, 3)).await;
+    let two = Running::open(&config(&cluster)).await;
+    let url = cluster.url();
+    let mut p = one.client().await;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(p.put(0, 0, 60, &format!("j{i}")).await);
+    }
+    let (mut w1, mut w2) = (one.client().await, one.client().await);
+    let mut other = two.client().await;
+
+    // The first reserve claims job 0 for w1 and the next three for the node's stock.
+    assert_eq!(w1.reserve(10).await.0, ids[0]);
+    until_stocked(&url, &ids[1..4]).await;
+    // The engine hands a stocked job out at once.
+    assert_eq!(w2.reserve(10).await.0, ids[1]);
+    assert_eq!(one.handle.stock_handouts(), Some(1));
+    // Only the client given it acts on it; not another client, not another node.
+    for (c, who) in [(&mut w1, "w1"), (&mut other, "node 2")] {
+        for cmd in [
+            format!("delete {}", ids[1]),
+            format!("release {} 0 0", ids[1]),
+            format!("touch {}", ids[1]),
+        ] {
+            assert_eq!(c.cmd(&cmd).await, "NOT_FOUND", "{who}: {cmd}");
+        }
+    }
+    assert_eq!(w2.cmd(&format!("touch {}", ids[1])).await, "TOUCHED");
+    assert_eq!(w2.cmd(&format!("bury {} 5", ids[1])).await, "BURIED");
+    // A stocked job not handed out: ready for this node's clients (a delete takes it), held
+    // for every other node (which neither deletes nor hands it out).
+    assert_eq!(other.cmd(&format!("delete {}", ids[2])).await, "NOT_FOUND");
+    assert_eq!(p.cmd(&format!("delete {}", ids[2])).await, "DELETED");
+    assert_eq!(stocked(&url).await, [ids[3]]);
+    // Node 2 gets the one job no one holds; nothing stocked (fresh) reaches it.
+    assert_eq!(other.reserve(10).await.0, ids[4]);
+    assert_eq!(w2.reserve(10).await.0, ids[3]);
+    assert_eq!(one.handle.stock_handouts(), Some(2));
+    assert_eq!(w2.cmd(&format!("release {} 0 0", ids[3])).await, "RELEASED");
+    assert!(stocked(&url).await.is_empty());
+    // Released, it is ready for anyone: a claim through node 2 takes it.
+    assert_eq!(other.reserve(10).await.0, ids[3]);
+    assert_eq!(w1.cmd(&format!("delete {}", ids[0])).await, "DELETED");
+    for id in [ids[4], ids[3]] {
+        assert_eq!(other.cmd(&format!("delete {id}")).await, "DELETED");
+    }
+    assert_eq!(p.cmd(&format!("kick-job {}", ids[1])).await, "KICKED");
+    assert_eq!(w1.reserve(10).await.0, ids[1]);
+    assert_eq!(w1.cmd(&format!("delete {}", ids[1])).await, "DELETED");
+    assert_eq!(
+        p.field("stats-tube default", "current-jobs-ready").await,
+        "0"
+    );
+    drop((p, w1, w2, other));
+    one.shutdown().await;
+    two.shutdown().await;
+}
+
+/// Stocked jobs are never stranded: one not handed out in time goes back to ready (another
+/// node serves it), and a stocked job given to a client that hangs up is ready again at once.
+/// A `reserve-job` of a stocked job takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_claimed_ahead_return_when_not_taken_or_their_client_hangs_up() {
+    let Some(cluster) = cluster_for_test() else {
+        return;
+    };
+    let one = Running::open(&claiming_ahead(&cluster, 2)).await;
+    let two = Running::open(&config(&cluster)).await;
+    let url = cluster.url();
+    let mut p = one.client().await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(p.put(0, 0, 60, &format!("j{i}")).await);
+    }
+    let mut w1 = one.client().await;
+    let mut w2 = one.client().await;
+    assert_eq!(w1.reserve(10).await.0, ids[0]);
+    until_stocked(&url, &ids[1..3]).await;
+    // A `reserve-job` of a stocked job takes it over from the stock, as its holder.
+    assert_eq!(
+        w2.job_cmd(&format!("reserve-job {}", ids[2])).await,
+        (format!("RESERVED {} 2", ids[2]), Some(b"j2".to_vec()))
+    );
+    assert_eq!(stocked(&url).await, [ids[1]]);
+    assert_eq!(w2.cmd(&format!("release {} 0 0", ids[2])).await, "RELEASED");
+    // w2 is given job 1 from the stock and hangs up: ready again, at once.
+    assert_eq!(w2.reserve(10).await.0, ids[1]);
+    drop(w2);
+    // Job 2, never handed out, goes back to ready after half of STOCK_HOLD_MS; node 2 then
+    // serves both (its reserve waits for them).
+    let mut other = two.client().await;
+    let mut got = vec![other.reserve(10).await.0, other.reserve(10).await.0];
+    got.sort_unstable();
+    assert_eq!(got, ids[1..3]);
+    assert!(stocked(&url).await.is_empty());
+    drop((p, w1, other));
     one.shutdown().await;
     two.shutdown().await;
 }

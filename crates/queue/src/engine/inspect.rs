@@ -254,6 +254,18 @@ impl Engine {
         }
     }
 
+    /// Up to `limit` ready jobs of the tube of job `id`, in the order reserves take them
+    /// (most urgent first, then oldest): what a node sharing a PostgreSQL schema claims ahead
+    /// for its reservers. Empty if there is no job `id`.
+    #[must_use]
+    pub fn ready_in_tube_of(&self, id: JobId, limit: usize) -> Vec<JobId> {
+        let Some(job) = self.jobs.get(&id) else {
+            return Vec::new();
+        };
+        let tube = self.tube(job.tube);
+        tube.ready.iter().take(limit).map(|&(_, id)| id).collect()
+    }
+
     /// The state of a job, if it exists.
     #[must_use]
     pub fn job_state(&self, id: JobId) -> Option<JobState> {

@@ -58,6 +58,13 @@ pub(crate) struct Active {
     releases: std::sync::atomic::AtomicU64,
     /// Jobs with a claim in flight ([`InFlight`]).
     in_flight: std::sync::Mutex<InFlight>,
+    /// Jobs claimed ahead for this node's reservers ([`Stock`]); locked before the engine,
+    /// never after.
+    stock: std::sync::Mutex<Stock>,
+    /// Woken when a stock claim is answered.
+    restocked: tokio::sync::Notify,
+    /// Stocked jobs handed out without a claim round trip ([`Active::stock_handouts`]).
+    handouts: std::sync::atomic::AtomicU64,
 }
 
 impl Active {
@@ -81,6 +88,9 @@ impl Active {
             claimers: std::sync::Mutex::new(std::collections::HashSet::new()),
             releases: std::sync::atomic::AtomicU64::new(0),
             in_flight: std::sync::Mutex::new(InFlight::default()),
+            stock: std::sync::Mutex::new(Stock::default()),
+            restocked: tokio::sync::Notify::new(),
+            handouts: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -105,6 +115,73 @@ impl Active {
 
     fn in_flight(&self) -> std::sync::MutexGuard<'_, InFlight> {
         self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn stock(&self) -> std::sync::MutexGuard<'_, Stock> {
+        self.stock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Stocked jobs handed out at once so far (`--postgres-claim-ahead`).
+    pub(crate) fn stock_handouts(&self) -> u64 {
+        self.handouts.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Takes job `id` out of the stock, once its stock claim (if one is in flight) is
+    /// answered: whether the stock held it (under a lease of which `fresh` says whether
+    /// it may still be handed out).
+    async fn take_stocked(&self, id: JobId) -> Option<Stocked> {
+        loop {
+            let notified = self.restocked.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut stock = self.stock();
+                match stock.jobs.get(&id) {
+                    None => return None,
+                    Some(None) => {}
+                    Some(Some(sent)) => {
+                        let fresh = sent.elapsed() < STOCK_FRESH;
+                        stock.jobs.remove(&id);
+                        return Some(Stocked { fresh });
+                    }
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Returns the stocked jobs not handed out in time ([`STOCK_FRESH`]) to ready (called by
+    /// the watcher every sweep): the engine keeps them ready, other nodes may take them.
+    pub(crate) fn unstock_stale(&self) {
+        self.unstock_where(|sent| sent.elapsed() >= STOCK_FRESH);
+    }
+
+    /// Returns every stocked job not handed out to ready (the node stops).
+    pub(crate) fn unstock_all(&self) {
+        self.unstock_where(|_| true);
+    }
+
+    /// Returns the stocked jobs (claims answered) whose claim was sent at a time `which`
+    /// matches to ready, in the database (announced) and out of the stock.
+    fn unstock_where(&self, which: impl Fn(std::time::Instant) -> bool) {
+        let stale: Vec<JobId> = {
+            let mut stock = self.stock();
+            let stale: Vec<JobId> = stock
+                .jobs
+                .iter()
+                .filter(|(_, sent)| sent.is_some_and(&which))
+                .map(|(&id, _)| id)
+                .collect();
+            for id in &stale {
+                stock.jobs.remove(id);
+            }
+            stale
+        };
+        if !stale.is_empty() {
+            if let Err(error) = self.node.unstock(&stale, false) {
+                tracing::warn!(%error, "cannot return stocked jobs (their leases end them)");
+            }
+        }
     }
 
     /// The claimer's end of the wake-ups (`None` after the first call).
@@ -240,12 +317,23 @@ impl Batcher {
         queue: &std::sync::mpsc::Sender<Request<T>>,
         wanted: (JobId, i64),
     ) -> Result<T, String> {
+        Self::answer(Self::send(queue, wanted)).await
+    }
+
+    /// Queues `wanted` for the next statement; its answer comes through [`Batcher::answer`].
+    fn send<T>(
+        queue: &std::sync::mpsc::Sender<Request<T>>,
+        wanted: (JobId, i64),
+    ) -> tokio::sync::oneshot::Receiver<Result<T, String>> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        queue
-            .send((wanted, tx))
-            .map_err(|_| "the node's batching threads ended".to_owned())?;
+        // If the threads ended, `tx` is dropped with the request and `answer` says so.
+        let _ = queue.send((wanted, tx));
+        rx
+    }
+
+    async fn answer<T>(rx: tokio::sync::oneshot::Receiver<Result<T, String>>) -> Result<T, String> {
         rx.await
-            .map_err(|_| "a batching thread dropped the request".to_owned())?
+            .map_err(|_| "the node's batching threads ended".to_owned())?
     }
 }
 
@@ -271,9 +359,40 @@ pub(crate) async fn claim(
     client: ClientId,
     id: JobId,
 ) -> Option<bool> {
+    let mut stale_stock = false;
+    if active.node.claim_ahead() > 0 {
+        match active.take_stocked(id).await {
+            Some(Stocked { fresh: true }) => return Some(hand_over(shared, active, client, id)),
+            // Its lease lapses soon: claimed as any job (a claim takes the node's own stock
+            // over while its lease lasts).
+            Some(Stocked { fresh: false }) => stale_stock = true,
+            None => {}
+        }
+    }
     let holder = claim_starts(active, client, id);
+    let ahead = if stale_stock {
+        (std::time::Instant::now(), Vec::new())
+    } else {
+        stock_up(shared, active, id)
+    };
     let claim = Batcher::ask(&active.batch.claims, (id, holder)).await;
+    if !ahead.1.is_empty() {
+        tokio::spawn(settle_stock(shared.clone(), active.clone(), ahead));
+    }
+    lost_or_won(shared, active, id, claim)
+}
+
+/// What a reserve's claim came to ([`claim`]).
+fn lost_or_won(
+    shared: &Arc<Shared>,
+    active: &Arc<Active>,
+    id: JobId,
+    claim: Result<ClaimOutcome, String>,
+) -> Option<bool> {
     if matches!(claim, Ok(ClaimOutcome { won: true, .. })) {
+        // A job the stock held for another client of this node (its TTR ran out here) is
+        // this client's now.
+        active.stock().held.remove(&id);
         active.in_flight().finish(id);
         return Some(true);
     }
@@ -306,6 +425,116 @@ pub(crate) async fn claim(
         readopt_later(shared.clone(), active.clone(), id, Duration::ZERO);
     }
     Some(false)
+}
+
+/// A reserve the engine answered with stocked job `id`: the client has it at once, and the
+/// stock's lease (the TTR plus [`tickwheel_pg::STOCK_HOLD_MS`] from a claim sent less than
+/// [`STOCK_FRESH`] ago) outlives the client's TTR. The database keeps the stock as the holder
+/// ([`Stock::held`]). Tops the stock up when it runs low.
+fn hand_over(shared: &Arc<Shared>, active: &Arc<Active>, client: ClientId, id: JobId) -> bool {
+    active.stock().held.insert(id, client);
+    active
+        .claimers
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(client);
+    active
+        .handouts
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let low = active.stock().jobs.len() < active.node.claim_ahead().div_ceil(2);
+    if low {
+        let ahead = stock_up(shared, active, id);
+        if !ahead.1.is_empty() {
+            tokio::spawn(settle_stock(shared.clone(), active.clone(), ahead));
+        }
+    }
+    true
+}
+
+/// Stock claims sent: when (before the first was queued), and each job with its answer to
+/// come.
+type Ahead = (
+    std::time::Instant,
+    Vec<(
+        JobId,
+        tokio::sync::oneshot::Receiver<Result<ClaimOutcome, String>>,
+    )>,
+);
+
+/// Sends stock claims for the ready jobs of `id`'s tube the stock does not have yet, up to
+/// [`tickwheel_pg::PgOptions::claim_ahead`] stocked in all; returns them with their answers
+/// to come ([`settle_stock`]).
+fn stock_up(shared: &Shared, active: &Active, id: JobId) -> Ahead {
+    let sent = std::time::Instant::now();
+    let most = active.node.claim_ahead();
+    if most == 0 {
+        return (sent, Vec::new());
+    }
+    let picked: Vec<JobId> = {
+        let mut stock = active.stock();
+        let room = most.saturating_sub(stock.jobs.len());
+        if room == 0 {
+            return (sent, Vec::new());
+        }
+        // Stocked jobs are ready in the engine too: look past them.
+        let ready = shared.read(|engine| engine.ready_in_tube_of(id, most + room));
+        let mut in_flight = active.in_flight();
+        let picked: Vec<JobId> = ready
+            .into_iter()
+            .filter(|j| !stock.jobs.contains_key(j) && !in_flight.contains(*j))
+            .take(room)
+            .collect();
+        for &j in &picked {
+            stock.jobs.insert(j, None);
+            in_flight.start(j);
+        }
+        picked
+    };
+    let holder = active.node.stock_holder();
+    let answers = picked
+        .into_iter()
+        .map(|j| (j, Batcher::send(&active.batch.claims, (j, holder))))
+        .collect();
+    (sent, answers)
+}
+
+/// Records what stock claims came to: a won job joins the stock (if it is still wanted
+/// there), its freshness counted from before its claim was sent; a lost one is handled as a
+/// lost reserve's claim is.
+async fn settle_stock(shared: Arc<Shared>, active: Arc<Active>, (sent, ahead): Ahead) {
+    for (id, rx) in ahead {
+        let answer = Batcher::answer(rx).await;
+        let won = matches!(answer, Ok(ClaimOutcome { won: true, .. }));
+        let wanted = {
+            let mut stock = active.stock();
+            let wanted = stock.jobs.get(&id) == Some(&None);
+            if wanted && won {
+                stock.jobs.insert(id, Some(sent));
+            } else if wanted {
+                stock.jobs.remove(&id);
+            }
+            wanted
+        };
+        active.restocked.notify_waiters();
+        match (won, wanted) {
+            (true, true) => {
+                active.in_flight().finish(id);
+            }
+            (true, false) => {
+                // Taken out of the stock while its claim was in flight (a delete through
+                // this node): back to ready if it is still there.
+                active.in_flight().finish(id);
+                let a = active.clone();
+                let _ = blocking(move || a.node.unstock(&[id], false)).await;
+            }
+            (false, true) => {
+                let _ = lost_or_won(&shared, &active, id, answer);
+            }
+            (false, false) => {
+                active.in_flight().finish(id);
+            }
+        }
+    }
 }
 
 /// Reads `id` again after `wait` and adopts it if no one holds it.
@@ -376,7 +605,33 @@ pub(crate) async fn run_checked(
     client: ClientId,
     command: &Command,
 ) -> Option<Reply> {
-    let holder = active.holder(client);
+    let mut holder = active.holder(client);
+    let id = match command {
+        Command::Delete(id) | Command::Touch(id) => *id,
+        Command::Release { id, .. } | Command::Bury { id, .. } => *id,
+        _ => return None,
+    };
+    // A stocked job this client was handed is held by the stock in the database; one not
+    // handed out yet is ready for this node's clients, so a delete takes it as the stock.
+    let as_stock = active.stock().held.get(&id) == Some(&client)
+        || (matches!(command, Command::Delete(_)) && active.take_stocked(id).await.is_some());
+    if as_stock {
+        holder = active.node.stock_holder();
+    }
+    let reply = run_as(active, holder, command).await;
+    if as_stock
+        && matches!(
+            reply,
+            Some(Reply::Deleted | Reply::Released | Reply::Buried | Reply::NotFound)
+        )
+    {
+        active.stock().held.remove(&id);
+    }
+    reply
+}
+
+/// [`run_checked`] as `holder`.
+async fn run_as(active: &Arc<Active>, holder: i64, command: &Command) -> Option<Reply> {
     if let Command::Delete(id) = command {
         return Some(
             match Batcher::ask(&active.batch.deletes, (*id, holder)).await {
@@ -483,6 +738,8 @@ pub(crate) async fn claim_job(
     client: ClientId,
     id: JobId,
 ) -> Option<bool> {
+    // A stocked job: the claim takes it over from the stock.
+    let _ = active.take_stocked(id).await;
     let holder = claim_starts(active, client, id);
     let claim = in_database(active, "claim a job", move |node| {
         node.claim_job(holder, id)
@@ -617,6 +874,24 @@ pub(crate) async fn disconnected(active: &Arc<Active>, client: ClientId) {
     if !claimed {
         return;
     }
+    // Stocked jobs it was given: back to ready (a reserve ended) as the stock.
+    let stocked: Vec<JobId> = {
+        let mut stock = active.stock();
+        let ids: Vec<JobId> = (stock.held.iter())
+            .filter(|&(_, &c)| c == client)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in &ids {
+            stock.held.remove(id);
+        }
+        ids
+    };
+    if !stocked.is_empty() {
+        let a = active.clone();
+        if let Some(Err(error)) = blocking(move || a.node.unstock(&stocked, true)).await {
+            tracing::warn!(%error, "cannot release a closed connection's stocked jobs (their leases end them)");
+        }
+    }
     active
         .releases
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -747,6 +1022,29 @@ pub(crate) fn adopt_with_affinity(
     adopt_fresh(shared, now);
 }
 
+/// How long after its claim was sent a stocked job may still be handed out: half of
+/// [`tickwheel_pg::STOCK_HOLD_MS`], so its lease outlives the TTR of the client that gets it.
+/// Older ones go back to ready ([`Active::unstock_stale`]).
+pub(crate) const STOCK_FRESH: Duration = Duration::from_millis(tickwheel_pg::STOCK_HOLD_MS / 2);
+
+/// The jobs a node claimed ahead for its reservers (`--postgres-claim-ahead`): in the
+/// database they are held by the node's stock holder; in the engine they are ready, and a
+/// reserve the engine hands one answers at once ([`claim`]).
+#[derive(Debug, Default)]
+pub(crate) struct Stock {
+    /// Stocked jobs: `None` while the stock claim is in flight, then when it was sent.
+    jobs: std::collections::HashMap<JobId, Option<std::time::Instant>>,
+    /// Stocked jobs handed out, and to which client: the database still has the stock as
+    /// their holder, so that client's holder-checked commands on them run as the stock.
+    held: std::collections::HashMap<JobId, ClientId>,
+}
+
+/// A job taken out of the stock.
+struct Stocked {
+    /// Young enough to hand out ([`STOCK_FRESH`]).
+    fresh: bool,
+}
+
 /// Jobs whose claim is in flight, each with whether an announcement of it came meanwhile.
 ///
 /// The watcher skips an announced job the engine already has (its state there is settled by
@@ -772,6 +1070,11 @@ impl InFlight {
         if let Some(seen) = self.ids.get_mut(&id) {
             *seen = true;
         }
+    }
+
+    /// Whether a claim of `id` is in flight.
+    pub(crate) fn contains(&self, id: JobId) -> bool {
+        self.ids.contains_key(&id)
     }
 
     /// The claim of `id` is answered: whether an announcement came while it was in flight.

@@ -457,6 +457,8 @@ fn watch(
             if let Err(error) = active.node.expire(300) {
                 tracing::warn!(%error, "cannot sweep lapsed leases");
             }
+            // Stocked jobs not handed out in time back to ready (`--postgres-claim-ahead`).
+            active.unstock_stale();
             if rounds.is_multiple_of(5) {
                 // About once a second.
                 if let Err(error) = active.node.heartbeat() {
@@ -661,5 +663,10 @@ fn watch(
                 }
             });
         }
+    }
+    // Stopping: the stock's jobs not handed out go back to ready for the other nodes now
+    // rather than when their leases lapse.
+    if let Some(active) = active.as_ref() {
+        active.unstock_all();
     }
 }
