@@ -982,3 +982,45 @@ async fn jobs_claimed_ahead_return_when_not_taken_or_their_client_hangs_up() {
     one.shutdown().await;
     two.shutdown().await;
 }
+
+/// Put → reserve → delete cycles on many connections of a node claiming ahead: the stock
+/// takes jobs whose puts are still being committed (another connection's), so its claims
+/// wait for those commits; every reserve gets a job and every delete of it succeeds (a stock
+/// claim sent before the put's commit found no row and lost the job: a reserve then waited
+/// for nothing, or a delete answered `NOT_FOUND`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cycles_on_a_node_claiming_ahead_delete_every_job_they_reserve() {
+    let Some(cluster) = cluster_for_test() else {
+        return;
+    };
+    let node = Running::open(&claiming_ahead(&cluster, 64)).await;
+    let mut tasks = Vec::new();
+    for n in 0..40 {
+        let mut c = node.client().await;
+        tasks.push(tokio::spawn(async move {
+            for i in 0..60 {
+                let put = c.put(0, 0, 60, &format!("{n}-{i}")).await;
+                let (line, _) = c.job_cmd("reserve-with-timeout 10").await;
+                let id: u64 = line
+                    .strip_prefix("RESERVED ")
+                    .and_then(|r| r.split(' ').next())
+                    .and_then(|id| id.parse().ok())
+                    .unwrap_or_else(|| panic!("job {put}: {line}"));
+                assert_eq!(c.cmd(&format!("delete {id}")).await, "DELETED", "job {id}");
+            }
+            c
+        }));
+    }
+    let mut open = Vec::new();
+    for t in tasks {
+        open.push(t.await.unwrap());
+    }
+    assert!(
+        node.handle.stock_handouts().unwrap() > 0,
+        "no job came from the stock"
+    );
+    let mut c = node.client().await;
+    assert_eq!(c.field("stats", "current-jobs-ready").await, "0");
+    drop((c, open));
+    node.shutdown().await;
+}

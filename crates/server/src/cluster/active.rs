@@ -370,14 +370,9 @@ pub(crate) async fn claim(
         }
     }
     let holder = claim_starts(active, client, id);
-    let ahead = if stale_stock {
-        (std::time::Instant::now(), Vec::new())
-    } else {
-        stock_up(shared, active, id)
-    };
     let claim = Batcher::ask(&active.batch.claims, (id, holder)).await;
-    if !ahead.1.is_empty() {
-        tokio::spawn(settle_stock(shared.clone(), active.clone(), ahead));
+    if !stale_stock {
+        restock(shared, active, id);
     }
     lost_or_won(shared, active, id, claim)
 }
@@ -443,67 +438,78 @@ fn hand_over(shared: &Arc<Shared>, active: &Arc<Active>, client: ClientId, id: J
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let low = active.stock().jobs.len() < active.node.claim_ahead().div_ceil(2);
     if low {
-        let ahead = stock_up(shared, active, id);
-        if !ahead.1.is_empty() {
-            tokio::spawn(settle_stock(shared.clone(), active.clone(), ahead));
-        }
+        restock(shared, active, id);
     }
     true
 }
 
-/// Stock claims sent: when (before the first was queued), and each job with its answer to
-/// come.
-type Ahead = (
-    std::time::Instant,
-    Vec<(
-        JobId,
-        tokio::sync::oneshot::Receiver<Result<ClaimOutcome, String>>,
-    )>,
-);
-
-/// Sends stock claims for the ready jobs of `id`'s tube the stock does not have yet, up to
-/// [`tickwheel_pg::PgOptions::claim_ahead`] stocked in all; returns them with their answers
-/// to come ([`settle_stock`]).
-fn stock_up(shared: &Shared, active: &Active, id: JobId) -> Ahead {
-    let sent = std::time::Instant::now();
-    let most = active.node.claim_ahead();
-    if most == 0 {
-        return (sent, Vec::new());
+/// Claims ready jobs of `id`'s tube for the stock ([`stock_up`], [`stock_claims`]).
+fn restock(shared: &Arc<Shared>, active: &Arc<Active>, id: JobId) {
+    let ahead = stock_up(shared, active, id);
+    if !ahead.0.is_empty() {
+        tokio::spawn(stock_claims(shared.clone(), active.clone(), ahead));
     }
-    let picked: Vec<JobId> = {
-        let mut stock = active.stock();
-        let room = most.saturating_sub(stock.jobs.len());
-        if room == 0 {
-            return (sent, Vec::new());
-        }
-        // Stocked jobs are ready in the engine too: look past them.
-        let ready = shared.read(|engine| engine.ready_in_tube_of(id, most + room));
-        let mut in_flight = active.in_flight();
-        let picked: Vec<JobId> = ready
-            .into_iter()
-            .filter(|j| !stock.jobs.contains_key(j) && !in_flight.contains(*j))
-            .take(room)
-            .collect();
-        for &j in &picked {
-            stock.jobs.insert(j, None);
-            in_flight.start(j);
-        }
-        picked
-    };
-    let holder = active.node.stock_holder();
-    let answers = picked
-        .into_iter()
-        .map(|j| (j, Batcher::send(&active.batch.claims, (j, holder))))
-        .collect();
-    (sent, answers)
 }
 
-/// Records what stock claims came to: a won job joins the stock (if it is still wanted
-/// there), its freshness counted from before its claim was sent; a lost one is handled as a
-/// lost reserve's claim is.
-async fn settle_stock(shared: Arc<Shared>, active: Arc<Active>, (sent, ahead): Ahead) {
-    for (id, rx) in ahead {
-        let answer = Batcher::answer(rx).await;
+/// Jobs picked for the stock, and the ticket that covers their puts' commits.
+type Ahead = (Vec<JobId>, tickwheel_store::Ticket);
+
+/// Picks the ready jobs of `id`'s tube the stock does not have yet, up to
+/// [`tickwheel_pg::PgOptions::claim_ahead`] stocked in all, and marks them as being claimed;
+/// [`stock_claims`] claims them.
+fn stock_up(shared: &Shared, active: &Active, id: JobId) -> Ahead {
+    let most = active.node.claim_ahead();
+    let mut stock = active.stock();
+    let room = most.saturating_sub(stock.jobs.len());
+    if room == 0 {
+        return (Vec::new(), tickwheel_store::Ticket::done());
+    }
+    // Stocked jobs are ready in the engine too: look past them.
+    let ready = shared.read(|engine| engine.ready_in_tube_of(id, most + room));
+    // Taken after the jobs were read: it covers their puts.
+    let ticket = shared.last_ticket();
+    let mut in_flight = active.in_flight();
+    let picked: Vec<JobId> = ready
+        .into_iter()
+        .filter(|j| !stock.jobs.contains_key(j) && !in_flight.contains(*j))
+        .take(room)
+        .collect();
+    for &j in &picked {
+        stock.jobs.insert(j, None);
+        in_flight.start(j);
+    }
+    (picked, ticket)
+}
+
+/// Claims the jobs [`stock_up`] picked for the stock, once their puts are in the database
+/// (a claim sent earlier would find no row and lose the job), and records what each claim
+/// came to: a won job joins the stock (if it is still wanted there), its freshness counted
+/// from before its claim was sent; a lost one that is still ready in the engine is handled
+/// as a lost reserve's claim is (one the engine has handed to a reserver meanwhile is left
+/// to that reserver's own claim).
+async fn stock_claims(shared: Arc<Shared>, active: Arc<Active>, (picked, ticket): Ahead) {
+    if picked.is_empty() {
+        return;
+    }
+    let committed = ticket.durable().await.is_ok();
+    let sent = std::time::Instant::now();
+    let holder = active.node.stock_holder();
+    let answers: Vec<_> = picked
+        .into_iter()
+        .map(|j| {
+            let answer = if committed {
+                Some(Batcher::send(&active.batch.claims, (j, holder)))
+            } else {
+                None
+            };
+            (j, answer)
+        })
+        .collect();
+    for (id, rx) in answers {
+        let answer = match rx {
+            Some(rx) => Batcher::answer(rx).await,
+            None => Err("the jobs' puts did not commit".to_owned()),
+        };
         let won = matches!(answer, Ok(ClaimOutcome { won: true, .. }));
         let wanted = {
             let mut stock = active.stock();
@@ -516,6 +522,8 @@ async fn settle_stock(shared: Arc<Shared>, active: Arc<Active>, (sent, ahead): A
             wanted
         };
         active.restocked.notify_waiters();
+        let ready =
+            shared.read(|engine| engine.job_state(id)) == Some(tickwheel_queue::JobState::Ready);
         match (won, wanted) {
             (true, true) => {
                 active.in_flight().finish(id);
@@ -527,10 +535,10 @@ async fn settle_stock(shared: Arc<Shared>, active: Arc<Active>, (sent, ahead): A
                 let a = active.clone();
                 let _ = blocking(move || a.node.unstock(&[id], false)).await;
             }
-            (false, true) => {
+            (false, true) if ready => {
                 let _ = lost_or_won(&shared, &active, id, answer);
             }
-            (false, false) => {
+            (false, _) => {
                 active.in_flight().finish(id);
             }
         }
