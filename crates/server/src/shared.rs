@@ -434,6 +434,13 @@ impl Shared {
     /// reserved it (`op`): nothing if every change of the job is durable already (a delayed
     /// job that fell due, put long ago), else `op`, which covers everything submitted until
     /// then. Call it after the operation's [`apply`](Self::apply) returned.
+    /// Keeps those of `ids` whose changes are all durable (no change of theirs in flight).
+    pub(crate) fn retain_durable(&self, ids: &mut Vec<JobId>) {
+        let durable = self.group.stats().mutations;
+        let unsettled = self.unsettled();
+        ids.retain(|id| unsettled.is_durable(*id, durable));
+    }
+
     pub(crate) fn job_ticket(&self, id: JobId, op: &Ticket) -> Ticket {
         let durable = self.group.stats().mutations;
         if self.unsettled().is_durable(id, durable) {

@@ -446,28 +446,29 @@ fn hand_over(shared: &Arc<Shared>, active: &Arc<Active>, client: ClientId, id: J
 /// Claims ready jobs of `id`'s tube for the stock ([`stock_up`], [`stock_claims`]).
 fn restock(shared: &Arc<Shared>, active: &Arc<Active>, id: JobId) {
     let ahead = stock_up(shared, active, id);
-    if !ahead.0.is_empty() {
+    if !ahead.is_empty() {
         tokio::spawn(stock_claims(shared.clone(), active.clone(), ahead));
     }
 }
 
-/// Jobs picked for the stock, and the ticket that covers their puts' commits.
-type Ahead = (Vec<JobId>, tickwheel_store::Ticket);
+/// Jobs picked for the stock.
+type Ahead = Vec<JobId>;
 
 /// Picks the ready jobs of `id`'s tube the stock does not have yet, up to
 /// [`tickwheel_pg::PgOptions::claim_ahead`] stocked in all, and marks them as being claimed;
-/// [`stock_claims`] claims them.
+/// [`stock_claims`] claims them. Only jobs whose puts are in the database already: a claim of
+/// one whose put is still being committed (another connection's) would find no row and lose
+/// the job.
 fn stock_up(shared: &Shared, active: &Active, id: JobId) -> Ahead {
     let most = active.node.claim_ahead();
     let mut stock = active.stock();
     let room = most.saturating_sub(stock.jobs.len());
     if room == 0 {
-        return (Vec::new(), tickwheel_store::Ticket::done());
+        return Vec::new();
     }
     // Stocked jobs are ready in the engine too: look past them.
-    let ready = shared.read(|engine| engine.ready_in_tube_of(id, most + room));
-    // Taken after the jobs were read: it covers their puts.
-    let ticket = shared.last_ticket();
+    let mut ready = shared.read(|engine| engine.ready_in_tube_of(id, most + room));
+    shared.retain_durable(&mut ready);
     let mut in_flight = active.in_flight();
     let picked: Vec<JobId> = ready
         .into_iter()
@@ -478,38 +479,23 @@ fn stock_up(shared: &Shared, active: &Active, id: JobId) -> Ahead {
         stock.jobs.insert(j, None);
         in_flight.start(j);
     }
-    (picked, ticket)
+    picked
 }
 
-/// Claims the jobs [`stock_up`] picked for the stock, once their puts are in the database
-/// (a claim sent earlier would find no row and lose the job), and records what each claim
-/// came to: a won job joins the stock (if it is still wanted there), its freshness counted
-/// from before its claim was sent; a lost one that is still ready in the engine is handled
-/// as a lost reserve's claim is (one the engine has handed to a reserver meanwhile is left
-/// to that reserver's own claim).
-async fn stock_claims(shared: Arc<Shared>, active: Arc<Active>, (picked, ticket): Ahead) {
-    if picked.is_empty() {
-        return;
-    }
-    let committed = ticket.durable().await.is_ok();
+/// Claims the jobs [`stock_up`] picked for the stock and records what each claim came to: a
+/// won job joins the stock (if it is still wanted there), its freshness counted from before
+/// its claim was sent; a lost one that is still ready in the engine is handled as a lost
+/// reserve's claim is (one the engine has handed to a reserver meanwhile is left to that
+/// reserver's own claim).
+async fn stock_claims(shared: Arc<Shared>, active: Arc<Active>, picked: Ahead) {
     let sent = std::time::Instant::now();
     let holder = active.node.stock_holder();
     let answers: Vec<_> = picked
         .into_iter()
-        .map(|j| {
-            let answer = if committed {
-                Some(Batcher::send(&active.batch.claims, (j, holder)))
-            } else {
-                None
-            };
-            (j, answer)
-        })
+        .map(|j| (j, Batcher::send(&active.batch.claims, (j, holder))))
         .collect();
     for (id, rx) in answers {
-        let answer = match rx {
-            Some(rx) => Batcher::answer(rx).await,
-            None => Err("the jobs' puts did not commit".to_owned()),
-        };
+        let answer = Batcher::answer(rx).await;
         let won = matches!(answer, Ok(ClaimOutcome { won: true, .. }));
         let wanted = {
             let mut stock = active.stock();
