@@ -983,11 +983,11 @@ async fn jobs_claimed_ahead_return_when_not_taken_or_their_client_hangs_up() {
     two.shutdown().await;
 }
 
-/// Put → reserve → delete cycles on many connections of a node claiming ahead: the stock
-/// takes jobs whose puts are still being committed (another connection's), so its claims
-/// wait for those commits; every reserve gets a job and every delete of it succeeds (a stock
-/// claim sent before the put's commit found no row and lost the job: a reserve then waited
-/// for nothing, or a delete answered `NOT_FOUND`).
+/// Put → reserve → delete cycles on many connections of a node claiming ahead: the engine's
+/// ready jobs include puts still being committed (other connections'), which the stock leaves
+/// alone; every reserve gets a job and every delete of it succeeds. Before, a stock claim sent
+/// before a put's commit found no row and lost the job, which then dropped from the engine
+/// even when a reserver had been handed it: a delete answered `NOT_FOUND` (3 runs in 4).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cycles_on_a_node_claiming_ahead_delete_every_job_they_reserve() {
     let Some(cluster) = cluster_for_test() else {

@@ -164,19 +164,10 @@ impl Active {
     /// Returns the stocked jobs (claims answered) whose claim was sent at a time `which`
     /// matches to ready, in the database (announced) and out of the stock.
     fn unstock_where(&self, which: impl Fn(std::time::Instant) -> bool) {
-        let stale: Vec<JobId> = {
-            let mut stock = self.stock();
-            let stale: Vec<JobId> = stock
-                .jobs
-                .iter()
-                .filter(|(_, sent)| sent.is_some_and(&which))
-                .map(|(&id, _)| id)
-                .collect();
-            for id in &stale {
-                stock.jobs.remove(id);
-            }
-            stale
-        };
+        let stale: Vec<JobId> = (self.stock().jobs)
+            .extract_if(|_, sent| sent.is_some_and(&which))
+            .map(|(id, _)| id)
+            .collect();
         if !stale.is_empty() {
             if let Err(error) = self.node.unstock(&stale, false) {
                 tracing::warn!(%error, "cannot return stocked jobs (their leases end them)");
@@ -869,17 +860,10 @@ pub(crate) async fn disconnected(active: &Arc<Active>, client: ClientId) {
         return;
     }
     // Stocked jobs it was given: back to ready (a reserve ended) as the stock.
-    let stocked: Vec<JobId> = {
-        let mut stock = active.stock();
-        let ids: Vec<JobId> = (stock.held.iter())
-            .filter(|&(_, &c)| c == client)
-            .map(|(&id, _)| id)
-            .collect();
-        for id in &ids {
-            stock.held.remove(id);
-        }
-        ids
-    };
+    let stocked: Vec<JobId> = (active.stock().held)
+        .extract_if(|_, c| *c == client)
+        .map(|(id, _)| id)
+        .collect();
     if !stocked.is_empty() {
         let a = active.clone();
         if let Some(Err(error)) = blocking(move || a.node.unstock(&stocked, true)).await {
