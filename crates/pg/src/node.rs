@@ -242,6 +242,7 @@ struct NodeSql {
     peek_buried: String,
     expire: String,
     counts: String,
+    counts_all: String,
     pause: String,
     heartbeat: String,
     leave: String,
@@ -292,6 +293,19 @@ impl NodeSql {
             )
         };
         let announce = |cte: &str| announce_tokens(cte, "id::text", IDS_PER_NOTE);
+        // A tube's job counts by state, or (no `filter`) every tube's, by the database clock.
+        let counts = |paused: &str, filter: &str| {
+            format!(
+                "WITH t AS MATERIALIZED (SELECT {s}.now_ms() AS now)
+                 SELECT count(*) FILTER (WHERE {ready}),
+                        count(*) FILTER (WHERE {ready} AND j.priority < 1024),
+                        count(*) FILTER (WHERE j.state = 3 AND j.lease_until_ms > t.now),
+                        count(*) FILTER (WHERE j.state = 1 AND j.until_ms > t.now),
+                        count(*) FILTER (WHERE j.state = 2),
+                        {paused}
+                 FROM {s}.jobs j, t {filter}"
+            )
+        };
         NodeSql {
             // `t.now` is read once, before any row lock wait: after a wait the row is checked
             // again (READ COMMITTED re-evaluates the WHERE on the new version) against that
@@ -493,16 +507,12 @@ impl NodeSql {
                  ) {}",
                 announce("e")
             ),
-            counts: format!(
-                "WITH t AS MATERIALIZED (SELECT {s}.now_ms() AS now)
-                 SELECT count(*) FILTER (WHERE {ready}),
-                        count(*) FILTER (WHERE {ready} AND j.priority < 1024),
-                        count(*) FILTER (WHERE j.state = 3 AND j.lease_until_ms > t.now),
-                        count(*) FILTER (WHERE j.state = 1 AND j.until_ms > t.now),
-                        count(*) FILTER (WHERE j.state = 2),
-                        coalesce((SELECT paused_until_ms FROM {s}.tubes WHERE name = $1), 0)
-                 FROM {s}.jobs j, t WHERE j.tube = $1"
+            counts: counts(
+                &format!("coalesce((SELECT paused_until_ms FROM {s}.tubes WHERE name = $1), 0)"),
+                "WHERE j.tube = $1",
             ),
+            // The same over every tube (`stats`): one scan of the table.
+            counts_all: counts("0::bigint", ""),
             pause: format!(
                 "INSERT INTO {s}.tubes (name, paused_until_ms) VALUES ($1, {s}.now_ms() + $2)
                  ON CONFLICT (name) DO UPDATE SET paused_until_ms = excluded.paused_until_ms"
@@ -528,6 +538,18 @@ fn ids_of(rows: &[postgres::Row]) -> Vec<JobId> {
                 .collect::<Vec<_>>()
         })
         .collect()
+}
+
+/// A counts statement's row.
+fn counts_of(r: &postgres::Row) -> TubeCounts {
+    TubeCounts {
+        ready: unsigned(r.get(0)),
+        urgent: unsigned(r.get(1)),
+        reserved: unsigned(r.get(2)),
+        delayed: unsigned(r.get(3)),
+        buried: unsigned(r.get(4)),
+        paused_until_ms: unsigned(r.get(5)),
+    }
 }
 
 fn unsigned(v: i64) -> u64 {
@@ -980,14 +1002,18 @@ impl Node {
     /// Database errors.
     pub fn tube_counts(&self, tube: &str) -> Result<TubeCounts, PgError> {
         let r = self.run(&self.sql.counts, |c, st| c.query_one(st, &[&tube]))?;
-        Ok(TubeCounts {
-            ready: unsigned(r.get(0)),
-            urgent: unsigned(r.get(1)),
-            reserved: unsigned(r.get(2)),
-            delayed: unsigned(r.get(3)),
-            buried: unsigned(r.get(4)),
-            paused_until_ms: unsigned(r.get(5)),
-        })
+        Ok(counts_of(&r))
+    }
+
+    /// The job counts of every tube together (`stats`), as [`Node::tube_counts`] counts one
+    /// tube's (`paused_until_ms` 0). One scan of the job table.
+    ///
+    /// # Errors
+    ///
+    /// Database errors.
+    pub fn counts(&self) -> Result<TubeCounts, PgError> {
+        let r = self.run(&self.sql.counts_all, |c, st| c.query_one(st, &[]))?;
+        Ok(counts_of(&r))
     }
 
     /// Pauses `tube` on every node for `ms` (0 ends a pause), by the database clock.

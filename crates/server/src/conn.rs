@@ -295,6 +295,21 @@ async fn in_cluster<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             }
             Ok(reply)
         }
+        Command::Stats => {
+            // As `stats-tube`: the job counts are the cluster's, the rest this node's.
+            bump(&shared.counters.stats);
+            let now = shared.now();
+            let (_, mut stats) = shared.apply(|engine| engine.stats_at(now));
+            let Some(counts) = active::all_counts(active).await else {
+                return Ok(Some(Reply::InternalError));
+            };
+            stats.urgent = counts.urgent;
+            stats.ready = counts.ready;
+            stats.reserved = counts.reserved;
+            stats.delayed = counts.delayed;
+            stats.buried = counts.buried;
+            Ok(Some(Reply::Ok(stats::server(shared, &stats))))
+        }
         Command::StatsTube(tube) => {
             // The job counts are the cluster's (the database's, by its clock); the rest
             // (clients, command counters) this node's.

@@ -478,6 +478,15 @@ impl Handle {
         self.shared.active.get().map(|a| a.releases())
     }
 
+    /// Jobs ready in this server's engine. On a node sharing a PostgreSQL schema that is its
+    /// cache, which `stats` no longer shows (its job counts are the cluster's): a test hook.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn cached_ready_jobs(&self) -> u64 {
+        let now = self.shared.now();
+        self.shared.apply(|engine| engine.stats_at(now)).1.ready
+    }
+
     /// Active-active on PostgreSQL with `--postgres-claim-ahead`: how many reserves this node
     /// answered with a job it had claimed ahead (no claim round trip). `None` in other modes.
     #[must_use]

@@ -59,6 +59,14 @@ async fn two_nodes_serve_one_schema() {
         c1.field("stats-tube default", "current-jobs-urgent").await,
         "0"
     );
+    // So does `stats` (its job counts; its connection and command counts are the node's).
+    assert_eq!(c1.field("stats", "current-jobs-reserved").await, "1");
+    assert_eq!(c1.field("stats", "current-jobs-ready").await, "0");
+    let b = c2.put(0, 0, 60, "b").await;
+    assert_eq!(c1.field("stats", "current-jobs-urgent").await, "1");
+    assert_eq!(c1.field("stats", "current-jobs-ready").await, "1");
+    assert_eq!(c2.cmd(&format!("delete {b}")).await, "DELETED");
+    assert_eq!(c1.field("stats", "current-jobs-ready").await, "0");
     assert_eq!(c2.cmd(&format!("touch {a}")).await, "TOUCHED");
     assert_eq!(c2.cmd(&format!("release {a} 3 0")).await, "RELEASED");
     assert_eq!(c1.reserve(10).await, (a, "a".to_owned()));
@@ -302,10 +310,11 @@ async fn a_node_whose_listen_connection_dropped_reads_what_it_missed() {
     // Put on node 1 while node 2 cannot listen: the announcement goes nowhere on node 2.
     let id = c1.put(0, 0, 60, "missed").await;
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    // (`stats` counts node 2's cache; `peek <id>` would read the job's row and adopt it.)
+    // (Node 2's cache, not `stats`, which counts the cluster's jobs; `peek <id>` would read
+    // the job's row and adopt it.)
     assert_eq!(
-        c2.field("stats", "current-jobs-ready").await,
-        "0",
+        two.handle.cached_ready_jobs(),
+        0,
         "node 2 cannot have heard of the put"
     );
     tokio::task::spawn_blocking(move || {

@@ -785,6 +785,12 @@ pub(crate) async fn tube_counts(
     .await
 }
 
+/// Every tube's job counts together, by the database clock (`stats`). `None`: the database
+/// could not be asked.
+pub(crate) async fn all_counts(active: &Arc<Active>) -> Option<tickwheel_pg::TubeCounts> {
+    in_database(active, "count the jobs", Node::counts).await
+}
+
 /// `kick <bound>` on `tube`, cluster-wide, as beanstalkd: up to `bound` buried jobs, or,
 /// when the tube has none, up to `bound` delayed ones. The engine follows for those it holds
 /// (the rest come by their announcement). `None`: the database could not be asked.
