@@ -99,7 +99,7 @@ pub struct PgOptions {
     /// Active-active: jobs a node claims ahead for its reservers, at most (`--postgres-claim-ahead
     /// N`; 0, the default, claims each job as a client reserves it). When a reserve's claim
     /// runs while more jobs of its tube are ready in the node's engine, up to this many of
-    /// them are claimed too, in the same statement, for the node's *stock*
+    /// them are claimed too (usually in the same statement) for the node's *stock*
     /// ([`Node::stock_holder`]); a later reserve that the engine hands a stocked job answers
     /// at once, and the job stays held by the stock in the database while the node's client
     /// has it. A worker connection then no longer waits a database round trip per job.

@@ -338,9 +338,6 @@ impl NodeSql {
                  LEFT JOIN {s}.jobs j ON j.id = c.id
                  LEFT JOIN {s}.tubes p ON p.name = j.tube"
             ),
-            // `reserve-job`: the job whatever its state (ready, delayed, buried), unless
-            // someone holds it under a live lease; a paused tube does not stop it (as
-            // beanstalkd). Counted as a claim is.
             // Jobs of a node's stock back to ready, announced: not handed out in time (no
             // counter moves), or held by a client that hung up ($3: a reserve ended).
             unstock: format!(
@@ -352,6 +349,10 @@ impl NodeSql {
                  ) {}",
                 announce("r")
             ),
+            // `reserve-job`: the job whatever its state (ready, delayed, buried), unless
+            // someone holds it under a live lease (but its own node's stock: a claim takes
+            // that over); a paused tube does not stop it (as beanstalkd). Counted as a claim
+            // is.
             claim_job: format!(
                 "WITH t AS MATERIALIZED (SELECT {s}.now_ms() AS now)
                  UPDATE {s}.jobs j SET state = 3, holder = $2,
@@ -756,8 +757,10 @@ impl Node {
     }
 
     /// Claims each `(job, holder)` whose job is ready by the database clock (ready; delayed
-    /// and due; or reserved under a lapsed lease) and whose tube is not paused, in one
-    /// statement. Returns the claims that won and, for the others, why they lost; a job asked
+    /// and due; or reserved under a lapsed lease) and whose tube is not paused, or which the
+    /// stock of the holder's own node holds ([`Node::stock_holder`]: taken over), in one
+    /// statement. A claim for the stock holder leases the job for its TTR plus
+    /// [`STOCK_HOLD_MS`]. Returns the claims that won and, for the others, why they lost; a job asked
     /// for twice is claimed at most once.
     ///
     /// The claim is on disk when this returns, unless [`PgOptions::async_claims`] is set:
@@ -817,7 +820,7 @@ impl Node {
     }
 
     /// `reserve-job`: claims job `id` for `holder` whatever its state (ready, delayed or
-    /// buried), unless someone holds it under a live lease. Returns the lease's end
+    /// buried), unless someone other than its own node's stock holds it under a live lease. Returns the lease's end
     /// (database clock), or `None` if there is no such job or it is held.
     ///
     /// # Errors

@@ -187,6 +187,9 @@ type Request<T> = (
     tokio::sync::oneshot::Sender<Result<T, String>>,
 );
 
+/// Where a request's answer comes ([`Batcher::send`]).
+type Answer<T> = tokio::sync::oneshot::Receiver<Result<T, String>>;
+
 /// One statement for a batch of `(job, holder)` requests: an answer per request, in order.
 type BatchFn<T> = fn(&Node, &[(JobId, i64)]) -> Result<Vec<T>, String>;
 
@@ -312,17 +315,14 @@ impl Batcher {
     }
 
     /// Queues `wanted` for the next statement; its answer comes through [`Batcher::answer`].
-    fn send<T>(
-        queue: &std::sync::mpsc::Sender<Request<T>>,
-        wanted: (JobId, i64),
-    ) -> tokio::sync::oneshot::Receiver<Result<T, String>> {
+    fn send<T>(queue: &std::sync::mpsc::Sender<Request<T>>, wanted: (JobId, i64)) -> Answer<T> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         // If the threads ended, `tx` is dropped with the request and `answer` says so.
         let _ = queue.send((wanted, tx));
         rx
     }
 
-    async fn answer<T>(rx: tokio::sync::oneshot::Receiver<Result<T, String>>) -> Result<T, String> {
+    async fn answer<T>(rx: Answer<T>) -> Result<T, String> {
         rx.await
             .map_err(|_| "the node's batching threads ended".to_owned())?
     }
@@ -361,10 +361,11 @@ pub(crate) async fn claim(
         }
     }
     let holder = claim_starts(active, client, id);
-    let claim = Batcher::ask(&active.batch.claims, (id, holder)).await;
+    // Queued beside this claim: usually one statement.
     if !stale_stock {
         restock(shared, active, id);
     }
+    let claim = Batcher::ask(&active.batch.claims, (id, holder)).await;
     lost_or_won(shared, active, id, claim)
 }
 
@@ -436,21 +437,26 @@ fn hand_over(shared: &Arc<Shared>, active: &Arc<Active>, client: ClientId, id: J
 
 /// Claims ready jobs of `id`'s tube for the stock ([`stock_up`], [`stock_claims`]).
 fn restock(shared: &Arc<Shared>, active: &Arc<Active>, id: JobId) {
-    let ahead = stock_up(shared, active, id);
-    if !ahead.is_empty() {
-        tokio::spawn(stock_claims(shared.clone(), active.clone(), ahead));
+    let picked = stock_up(shared, active, id);
+    if picked.is_empty() {
+        return;
     }
+    // Queued now, so they share a statement with whatever is queued beside them.
+    let sent = std::time::Instant::now();
+    let holder = active.node.stock_holder();
+    let answers = picked
+        .into_iter()
+        .map(|j| (j, Batcher::send(&active.batch.claims, (j, holder))))
+        .collect();
+    tokio::spawn(stock_claims(shared.clone(), active.clone(), sent, answers));
 }
 
-/// Jobs picked for the stock.
-type Ahead = Vec<JobId>;
-
 /// Picks the ready jobs of `id`'s tube the stock does not have yet, up to
-/// [`tickwheel_pg::PgOptions::claim_ahead`] stocked in all, and marks them as being claimed;
-/// [`stock_claims`] claims them. Only jobs whose puts are in the database already: a claim of
+/// [`tickwheel_pg::PgOptions::claim_ahead`] stocked in all, and marks them as being claimed
+/// ([`restock`] claims them). Only jobs whose puts are in the database already: a claim of
 /// one whose put is still being committed (another connection's) would find no row and lose
 /// the job.
-fn stock_up(shared: &Shared, active: &Active, id: JobId) -> Ahead {
+fn stock_up(shared: &Shared, active: &Active, id: JobId) -> Vec<JobId> {
     let most = active.node.claim_ahead();
     let mut stock = active.stock();
     let room = most.saturating_sub(stock.jobs.len());
@@ -473,18 +479,17 @@ fn stock_up(shared: &Shared, active: &Active, id: JobId) -> Ahead {
     picked
 }
 
-/// Claims the jobs [`stock_up`] picked for the stock and records what each claim came to: a
-/// won job joins the stock (if it is still wanted there), its freshness counted from before
-/// its claim was sent; a lost one that is still ready in the engine is handled as a lost
+/// Records what the stock claims sent at `sent` ([`restock`]) came to: a won job joins the
+/// stock (if it is still wanted there), its freshness counted from before its claim was
+/// sent; a lost one that is still ready in the engine is handled as a lost
 /// reserve's claim is (one the engine has handed to a reserver meanwhile is left to that
 /// reserver's own claim).
-async fn stock_claims(shared: Arc<Shared>, active: Arc<Active>, picked: Ahead) {
-    let sent = std::time::Instant::now();
-    let holder = active.node.stock_holder();
-    let answers: Vec<_> = picked
-        .into_iter()
-        .map(|j| (j, Batcher::send(&active.batch.claims, (j, holder))))
-        .collect();
+async fn stock_claims(
+    shared: Arc<Shared>,
+    active: Arc<Active>,
+    sent: std::time::Instant,
+    answers: Vec<(JobId, Answer<ClaimOutcome>)>,
+) {
     for (id, rx) in answers {
         let answer = Batcher::answer(rx).await;
         let won = matches!(answer, Ok(ClaimOutcome { won: true, .. }));
