@@ -72,6 +72,24 @@ pub use note::fuzz_check as fuzz_check_note;
 pub use note::parse_ready;
 pub use schema::{migrate, SchemaName, SCHEMA_VERSION};
 
+/// A job as the database has it ([`PgStore::get_row`]).
+#[derive(Clone, Debug)]
+pub struct JobRow {
+    /// Its record (a reserved job's as ready).
+    pub record: JobRecord,
+    /// Who holds it, if someone does under a live lease.
+    pub held: Option<Held>,
+}
+
+/// A live lease on a job ([`JobRow::held`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// The holder number ([`Node::holder`], [`Node::stock_holder`]).
+    pub holder: i64,
+    /// Time left on the lease, in ms (database clock).
+    pub left_ms: u64,
+}
+
 /// How to reach the database.
 #[derive(Clone, Debug)]
 pub struct PgOptions {
@@ -1132,6 +1150,35 @@ impl PgStore {
             .iter()
             .filter_map(|r| u64::try_from(r.get::<_, i64>(0)).ok())
             .collect())
+    }
+
+    /// Job `id` as the database has it now: its record (decoded as [`PgStore::get_free`]
+    /// decodes one, a reserved job as ready) and, if someone holds it under a live lease,
+    /// the holder and the lease's time left (ms, database clock). `None`: no such job.
+    ///
+    /// # Errors
+    ///
+    /// Database errors; a row that does not decode (corruption).
+    pub fn get_row(&self, id: JobId) -> Result<Option<JobRow>, StoreError> {
+        let s = self.options.schema.as_str();
+        let sql = format!(
+            "SELECT {COLUMNS}, holder, lease_until_ms - {s}.now_ms() FROM {s}.jobs WHERE id = $1"
+        );
+        let rows = self.read_with(|c| c.query(&sql, &[&big(id)]))?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let record = self.decode(row)?;
+        let state: i16 = row.get(4);
+        let left: Option<i64> = row.get(16);
+        let held = match (state, left) {
+            (3, Some(left)) if left > 0 => Some(Held {
+                holder: row.get::<_, Option<i64>>(15).unwrap_or(0),
+                left_ms: u64::try_from(left).unwrap_or(0),
+            }),
+            _ => None,
+        };
+        Ok(Some(JobRow { record, held }))
     }
 
     /// Which of `ids` have a row (the rest were deleted).

@@ -180,6 +180,31 @@ async fn read_commands<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     }
 }
 
+/// `stats-job` of a job reserved through another node, from its row: `left_ms` is its lease's
+/// time left.
+fn held_elsewhere(
+    record: &tickwheel_queue::JobRecord,
+    left_ms: u64,
+    now: u64,
+) -> tickwheel_queue::JobStats {
+    let h = &record.history;
+    tickwheel_queue::JobStats {
+        id: record.id,
+        tube: record.tube.clone(),
+        state: JobState::Reserved,
+        priority: record.priority,
+        age: now.saturating_sub(record.created),
+        delay: h.delay,
+        ttr: record.ttr,
+        time_left: left_ms,
+        reserves: h.reserves,
+        timeouts: h.timeouts,
+        releases: h.releases,
+        buries: h.buries,
+        kicks: h.kicks,
+    }
+}
+
 /// A command on a node serving beside others (active-active), where the database decides:
 /// the reply, or `None` when the command runs as on one node. Reserves are claimed in the
 /// database (a lost claim drops the job from the engine and the reserve runs again);
@@ -198,8 +223,23 @@ async fn in_cluster<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     shutdown: &CancellationToken,
 ) -> std::io::Result<Option<Reply>> {
     if let Command::ReserveJob(id) | Command::Peek(id) | Command::StatsJob(id) = command {
-        // The job as the database has it, not as this node last heard of it.
-        active::refresh(shared, active, *id).await;
+        // The job as the database has it, not as this node last heard of it. One held through
+        // another node is answered from its row (this node's cache does not know it is
+        // reserved); a `reserve-job` of it loses its claim below.
+        if let Some((record, left_ms)) = active::refresh(shared, active, *id).await {
+            match command {
+                Command::Peek(_) => {
+                    shared.apply(|engine| engine.count_peek_job());
+                    return Ok(Some(Reply::Found(*id, record.body)));
+                }
+                Command::StatsJob(_) => {
+                    bump(&shared.counters.stats_job);
+                    let held = held_elsewhere(&record, left_ms, shared.now());
+                    return Ok(Some(Reply::Ok(stats::job(&held))));
+                }
+                _ => {}
+            }
+        }
     }
     match command {
         Command::Reserve | Command::ReserveWithTimeout(_) | Command::ReserveJob(_) => {

@@ -67,6 +67,20 @@ async fn two_nodes_serve_one_schema() {
     assert_eq!(c1.field("stats", "current-jobs-ready").await, "1");
     assert_eq!(c2.cmd(&format!("delete {b}")).await, "DELETED");
     assert_eq!(c1.field("stats", "current-jobs-ready").await, "0");
+    // `stats-job` and `peek` through node 1 of the job node 2's client holds: reserved, as the
+    // database has it (node 1's cache has it ready); and a job node 1 never cached.
+    assert_eq!(c1.job_field(a, "state").await, "reserved");
+    assert_ne!(c1.job_field(a, "time-left").await, "0");
+    let c = c2.put(0, 0, 60, "c").await;
+    assert_eq!(c2.reserve(10).await, (c, "c".to_owned()));
+    assert_eq!(
+        c1.job_cmd(&format!("peek {c}")).await,
+        (format!("FOUND {c} 1"), Some(b"c".to_vec()))
+    );
+    assert_eq!(c1.job_field(c, "state").await, "reserved");
+    assert_eq!(c1.job_field(c, "tube").await, "default");
+    assert_eq!(c2.cmd(&format!("delete {c}")).await, "DELETED");
+    assert_eq!(c1.cmd(&format!("peek {c}")).await, "NOT_FOUND");
     assert_eq!(c2.cmd(&format!("touch {a}")).await, "TOUCHED");
     assert_eq!(c2.cmd(&format!("release {a} 3 0")).await, "RELEASED");
     assert_eq!(c1.reserve(10).await, (a, "a".to_owned()));

@@ -266,6 +266,12 @@ impl Engine {
         tube.ready.iter().take(limit).map(|&(_, id)| id).collect()
     }
 
+    /// Counts a `peek <id>` answered elsewhere (a node sharing a PostgreSQL schema reads a job
+    /// another node's client holds from the database).
+    pub fn count_peek_job(&mut self) {
+        self.cmd.peek += 1;
+    }
+
     /// The state of a job, if it exists.
     #[must_use]
     pub fn job_state(&self, id: JobId) -> Option<JobState> {

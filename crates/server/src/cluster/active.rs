@@ -672,30 +672,36 @@ async fn run_as(active: &Arc<Active>, holder: i64, command: &Command) -> Option<
 /// adopted (another node's, not adopted here yet, or a stale copy: say, delayed here while
 /// another node kicked it); a job the database no longer has is forgotten (deleted through
 /// another node while reserved there, which no one announces). A job held through another
-/// node is left as the cache has it: a `reserve-job` of it loses its claim and answers
-/// `NOT_FOUND`. A failed read is logged and the command runs on what the engine has.
-pub(crate) async fn refresh(shared: &Arc<Shared>, active: &Arc<Active>, id: JobId) {
+/// node is returned, with its lease's time left (ms), for the command to answer from (the
+/// cache does not know it is reserved); a `reserve-job` of it loses its claim and answers
+/// `NOT_FOUND`. A job held through this node is the engine's to answer for. A failed read is
+/// logged and the command runs on what the engine has.
+pub(crate) async fn refresh(
+    shared: &Arc<Shared>,
+    active: &Arc<Active>,
+    id: JobId,
+) -> Option<(tickwheel_queue::JobRecord, u64)> {
     let store = active.store.clone();
-    let read = blocking(move || -> Result<_, tickwheel_store::StoreError> {
-        let free = store.get_free(&[id])?;
-        let exists = !free.is_empty() || !store.existing(&[id])?.is_empty();
-        Ok((free, exists))
-    })
-    .await;
-    match read {
-        Some(Ok((free, exists))) => {
-            active.rows_read.fetch_add(
-                u64::try_from(free.len()).unwrap_or(u64::MAX),
-                std::sync::atomic::Ordering::Relaxed,
-            );
-            if exists {
-                adopt_fresh(shared, free);
-            } else {
-                shared.apply(|engine| engine.forget(id));
-            }
+    match blocking(move || store.get_row(id)).await? {
+        Ok(None) => {
+            shared.apply(|engine| engine.forget(id));
+            None
         }
-        Some(Err(error)) => tracing::warn!(%error, id, "cannot read a job to refresh"),
-        None => {}
+        Ok(Some(tickwheel_pg::JobRow { record, held: None })) => {
+            active
+                .rows_read
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            adopt_fresh(shared, vec![record]);
+            None
+        }
+        Ok(Some(tickwheel_pg::JobRow {
+            record,
+            held: Some(held),
+        })) => (held.holder >> 32 != active.node.id()).then_some((record, held.left_ms)),
+        Err(error) => {
+            tracing::warn!(%error, id, "cannot read a job to refresh");
+            None
+        }
     }
 }
 
