@@ -117,6 +117,12 @@ impl Active {
         self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether this node claims ahead (`--postgres-claim-ahead`): without, no path locks the
+    /// (empty) stock.
+    fn stocking(&self) -> bool {
+        self.node.claim_ahead() > 0
+    }
+
     fn stock(&self) -> std::sync::MutexGuard<'_, Stock> {
         self.stock.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -130,6 +136,9 @@ impl Active {
     /// answered: whether the stock held it (under a lease of which `fresh` says whether
     /// it may still be handed out).
     async fn take_stocked(&self, id: JobId) -> Option<Stocked> {
+        if !self.stocking() {
+            return None;
+        }
         loop {
             let notified = self.restocked.notified();
             tokio::pin!(notified);
@@ -164,6 +173,9 @@ impl Active {
     /// Returns the stocked jobs (claims answered) whose claim was sent at a time `which`
     /// matches to ready, in the database (announced) and out of the stock.
     fn unstock_where(&self, which: impl Fn(std::time::Instant) -> bool) {
+        if !self.stocking() {
+            return;
+        }
         let stale: Vec<JobId> = (self.stock().jobs)
             .extract_if(|_, sent| sent.is_some_and(&which))
             .map(|(id, _)| id)
@@ -350,19 +362,16 @@ pub(crate) async fn claim(
     client: ClientId,
     id: JobId,
 ) -> Option<bool> {
-    let mut stale_stock = false;
-    if active.node.claim_ahead() > 0 {
-        match active.take_stocked(id).await {
-            Some(Stocked { fresh: true }) => return Some(hand_over(shared, active, client, id)),
-            // Its lease lapses soon: claimed as any job (a claim takes the node's own stock
-            // over while its lease lasts).
-            Some(Stocked { fresh: false }) => stale_stock = true,
-            None => {}
-        }
-    }
+    let stale_stock = match active.take_stocked(id).await {
+        Some(Stocked { fresh: true }) => return Some(hand_over(shared, active, client, id)),
+        // Its lease lapses soon: claimed as any job (a claim takes the node's own stock over
+        // while its lease lasts).
+        Some(Stocked { fresh: false }) => true,
+        None => false,
+    };
     let holder = claim_starts(active, client, id);
     // Queued beside this claim: usually one statement.
-    if !stale_stock {
+    if active.stocking() && !stale_stock {
         restock(shared, active, id);
     }
     let claim = Batcher::ask(&active.batch.claims, (id, holder)).await;
@@ -379,7 +388,9 @@ fn lost_or_won(
     if matches!(claim, Ok(ClaimOutcome { won: true, .. })) {
         // A job the stock held for another client of this node (its TTR ran out here) is
         // this client's now.
-        active.stock().held.remove(&id);
+        if active.stocking() {
+            active.stock().held.remove(&id);
+        }
         active.in_flight().finish(id);
         return Some(true);
     }
@@ -603,8 +614,9 @@ pub(crate) async fn run_checked(
     };
     // A stocked job this client was handed is held by the stock in the database; one not
     // handed out yet is ready for this node's clients, so a delete takes it as the stock.
-    let as_stock = active.stock().held.get(&id) == Some(&client)
-        || (matches!(command, Command::Delete(_)) && active.take_stocked(id).await.is_some());
+    let as_stock = active.stocking()
+        && (active.stock().held.get(&id) == Some(&client)
+            || (matches!(command, Command::Delete(_)) && active.take_stocked(id).await.is_some()));
     if as_stock {
         holder = active.node.stock_holder();
     }
@@ -877,10 +889,14 @@ pub(crate) async fn disconnected(active: &Arc<Active>, client: ClientId) {
         return;
     }
     // Stocked jobs it was given: back to ready (a reserve ended) as the stock.
-    let stocked: Vec<JobId> = (active.stock().held)
-        .extract_if(|_, c| *c == client)
-        .map(|(id, _)| id)
-        .collect();
+    let stocked: Vec<JobId> = if active.stocking() {
+        (active.stock().held)
+            .extract_if(|_, c| *c == client)
+            .map(|(id, _)| id)
+            .collect()
+    } else {
+        Vec::new()
+    };
     if !stocked.is_empty() {
         let a = active.clone();
         if let Some(Err(error)) = blocking(move || a.node.unstock(&stocked, true)).await {
