@@ -88,7 +88,14 @@ pub struct Wheel<T> {
     entries: Vec<Entry<T>>,
     /// Head of the free list threaded through vacant entries.
     free: u32,
-    len: usize,
+    /// Timers inserted so far (wrapping). With `cancels` and `settled` it gives the number
+    /// of pending timers ([`live`](Self::live)) and, with `pressure_base`, the garbage
+    /// pressure ([`pressure`](Self::pressure)): an insert and a cancel, the hot pair, each
+    /// bump one counter and store nothing else (ADR 0039).
+    inserts: u64,
+    /// What else changed the number of pending timers (wrapping): +1 per reset (which
+    /// `cancels` counts), −1 per timer fired.
+    settled: u64,
     /// The wheel's clock. Every pending timer has `deadline >= elapsed` and sits at
     /// `level_for(elapsed, deadline)`, slot `slot_for(deadline, level)`: a timer's place is a
     /// function of its deadline and the clock, so entries need not store it.
@@ -115,16 +122,16 @@ pub struct Wheel<T> {
     /// recomputing `next`: `next` is then a lower bound of the pending deadlines until
     /// `refresh_next` or `clear` makes it exact (filings keep it a lower bound).
     next_stale: bool,
-    /// `2 × garbage − 3 × len − 2 × slack`, where `garbage` is the number of items
-    /// in all slots whose timer was cancelled or reset: positive when garbage exceeds its
-    /// bound (see `GARBAGE_HALVES`). One counter, so that a cancel (+5), an insert (−3), a
-    /// firing (+3) and a dropped garbage item (−2) each update one field and an insert
-    /// tests its sign.
-    pressure: i64,
+    /// The part of the garbage pressure (see [`pressure`](Self::pressure)) that the
+    /// counters `inserts` and `cancels` do not give: −3 per reset (a reset counts +5 in
+    /// `cancels` for a net +2, one more garbage item), +3 per firing, −2 per garbage item
+    /// dropped, −2 per unit of `slack` (wrapping).
+    pressure_base: i64,
     /// The garbage allowed beyond 1.5 items per live timer (see `GARBAGE_SLACK`): raised by
     /// `reserve`, never lowered.
     slack: usize,
     /// Cancels and resets so far: a slot's `min` is exact while this equals its `exact_at`.
+    /// Also counts a cancel into `live` (−1) and `pressure` (+5).
     cancels: u64,
     /// Where the round-robin compaction looks next: `table * SLOTS + slot`.
     compact_cursor: usize,
@@ -221,7 +228,8 @@ impl<T> Wheel<T> {
         Wheel {
             entries: Vec::new(),
             free: NIL,
-            len: 0,
+            inserts: 0,
+            settled: 0,
             elapsed: now,
             nonempty: 0,
             horizon: Tick::MAX,
@@ -231,7 +239,7 @@ impl<T> Wheel<T> {
             fresh_gen: wheel_seed(),
             next: Tick::MAX,
             next_stale: false,
-            pressure: -2 * GARBAGE_SLACK as i64,
+            pressure_base: -2 * GARBAGE_SLACK as i64,
             slack: GARBAGE_SLACK,
             cancels: 0,
             compact_cursor: 0,
@@ -256,13 +264,13 @@ impl<T> Wheel<T> {
     /// Number of pending timers.
     #[must_use]
     pub fn len(&self) -> usize {
-        self.len
+        self.live()
     }
 
     /// `true` when no timer is pending.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.live() == 0
     }
 
     /// Number of timers the wheel can hold without allocating.
@@ -281,28 +289,29 @@ impl<T> Wheel<T> {
     ///
     /// If the new capacity overflows `usize` (as [`Vec::reserve`]).
     pub fn reserve(&mut self, additional: usize) {
-        let vacant = self.entries.len() - self.len;
+        let live = self.live();
+        let vacant = self.entries.len() - live;
         if additional > vacant {
             self.entries.reserve(additional - vacant);
         }
         // More garbage allowed for a small wheel that reserved room (see `GARBAGE_SLACK`).
-        let slack = (self.len.saturating_add(additional))
+        let slack = (live.saturating_add(additional))
             .saturating_mul(4)
             .clamp(GARBAGE_SLACK, MAX_GARBAGE_SLACK);
         if slack > self.slack {
-            self.pressure -= 2 * (slack - self.slack) as i64;
+            self.add_pressure(-2 * (slack - self.slack) as i64);
             self.slack = slack;
         }
         // The chunks the slots may need for that many timers, garbage included (its bound,
         // plus what cancels can add while the round-robin compaction walks once over every
         // slot), and a partly filled head and tail chunk per slot.
         let items =
-            (self.len + additional) * (2 + GARBAGE_HALVES) / 2 + self.slack + SLOTS * TABLES;
+            (live + additional) * (2 + GARBAGE_HALVES) / 2 + self.slack + SLOTS * TABLES;
         self.pool
             .reserve_total(items / ITEMS as usize + 2 * SLOTS * TABLES);
         // The sort buffer (see `sort_slot`): 4 bytes per timer, touched only if a slot
         // that large is ever sorted.
-        self.scratch.reserve(self.len + additional);
+        self.scratch.reserve(live + additional);
     }
 
     /// Adds a timer that fires at `deadline` and returns its key. O(1).
@@ -341,9 +350,8 @@ impl<T> Wheel<T> {
         let deadline = deadline.max(self.elapsed);
         if self.free != NIL {
             // A vacant entry: fewer than `entries.len() <= MAX_TIMERS` timers are pending.
-            debug_assert!(self.len < MAX_TIMERS);
-            self.len += 1;
-            self.pressure -= 3;
+            debug_assert!(self.live() < MAX_TIMERS);
+            self.inserts = self.inserts.wrapping_add(1);
             let index = self.free;
             // Filed before the entry is written: until then any item naming it is garbage.
             let pos = self.file(index, deadline);
@@ -363,11 +371,10 @@ impl<T> Wheel<T> {
             Ok(TimerKey { index, gen })
         } else {
             // Every entry is occupied: the slab grows, up to `MAX_TIMERS` entries.
-            if self.len >= MAX_TIMERS {
+            if self.live() >= MAX_TIMERS {
                 return Err(InsertError(value));
             }
-            self.len += 1;
-            self.pressure -= 3;
+            self.inserts = self.inserts.wrapping_add(1);
             let index = self.entries.len() as u32;
             let gen = self.fresh_gen;
             self.entries.push(Entry::Occupied(Timer {
@@ -451,8 +458,7 @@ impl<T> Wheel<T> {
             unreachable!("checked occupied above")
         };
         self.free = key.index;
-        self.len -= 1;
-        self.pressure += 5; // one more garbage item, one timer fewer
+        // One timer fewer, one more garbage item: `live` −1, `pressure` +5.
         self.cancels += 1;
         Some(timer)
     }
@@ -486,8 +492,10 @@ impl<T> Wheel<T> {
         // The entry points at the new item: the old one is garbage from now on.
         let pos = self.file(key.index, deadline);
         self.set_pos(key.index, pos);
-        self.pressure += 2; // one more garbage item
+        // One more garbage item (`pressure` +2), the same number of timers.
         self.cancels += 1;
+        self.settled = self.settled.wrapping_add(1);
+        self.add_pressure(-3);
         if old == self.next {
             self.refresh_next();
         }
@@ -593,7 +601,7 @@ impl<T> Wheel<T> {
     /// [`next_deadline_mut`](Self::next_deadline_mut) or a poll makes it exact again.
     #[must_use]
     pub fn next_deadline(&self) -> Option<Tick> {
-        (self.len != 0).then_some(self.next)
+        (self.live() != 0).then_some(self.next)
     }
 
     /// The earliest pending deadline, exactly, or `None` if the wheel is empty, also after
@@ -854,16 +862,17 @@ impl<T> Wheel<T> {
     pub fn iter(&self) -> Iter<'_, T> {
         Iter {
             entries: self.entries.iter().enumerate(),
-            left: self.len,
+            left: self.live(),
         }
     }
 
     /// Iterates over pending timers as `(key, effective deadline, &mut value)`, in no
     /// particular order.
     pub fn iter_mut(&mut self) -> IterMut<'_, T> {
+        let left = self.live();
         IterMut {
             entries: self.entries.iter_mut().enumerate(),
-            left: self.len,
+            left,
         }
     }
 
@@ -1010,11 +1019,37 @@ impl<T> Wheel<T> {
         self.pool.push(chain, index)
     }
 
+    /// The number of pending timers.
+    #[inline(always)]
+    fn live(&self) -> usize {
+        self.inserts
+            .wrapping_add(self.settled)
+            .wrapping_sub(self.cancels) as usize
+    }
+
+    /// `2 × garbage − 3 × live − 2 × slack`, where `garbage` is the number of items in all
+    /// slots whose timer was cancelled or reset: positive when garbage exceeds its bound
+    /// (see `GARBAGE_HALVES`). Computed from counters, so that an insert (−3) and a cancel
+    /// (+5) each bump one counter and store nothing else; a firing (+3) and a dropped
+    /// garbage item (−2) change `pressure_base`.
+    #[inline(always)]
+    fn pressure(&self) -> i64 {
+        (self.pressure_base as u64)
+            .wrapping_add(self.cancels.wrapping_mul(5))
+            .wrapping_sub(self.inserts.wrapping_mul(3)) as i64
+    }
+
+    /// Adds `delta` to the garbage pressure.
+    #[inline(always)]
+    fn add_pressure(&mut self, delta: i64) {
+        self.pressure_base = self.pressure_base.wrapping_add(delta);
+    }
+
     /// Keeps the garbage bounded: while it exceeds 1.5 items per live timer (plus a little
     /// slack), each insert or reset compacts one occupied slot, round-robin.
     #[inline]
     fn bound_garbage(&mut self) {
-        if self.pressure > 0 {
+        if self.pressure() > 0 {
             self.compact_next();
         }
     }
@@ -1028,10 +1063,10 @@ impl<T> Wheel<T> {
             .flat_map(|lvl| lvl.chains.iter())
             .map(|chain| chain.items as usize)
             .sum();
-        let garbage = items - self.len;
+        let garbage = items - self.live();
         assert_eq!(
-            self.pressure,
-            2 * garbage as i64 - 3 * self.len as i64 - 2 * self.slack as i64,
+            self.pressure(),
+            2 * garbage as i64 - 3 * self.live() as i64 - 2 * self.slack as i64,
             "garbage pressure out of step"
         );
     }
@@ -1095,7 +1130,7 @@ impl<T> Wheel<T> {
         #[cfg(debug_assertions)]
         self.check_pressure();
         self.next_stale = false;
-        if self.len == 0 {
+        if self.live() == 0 {
             self.next = Tick::MAX;
             return;
         }
@@ -1167,7 +1202,7 @@ impl<T> Wheel<T> {
                 self.pool.free_one(chunk);
             }
             if at(&self.entries, index, addr(chunk, word)).is_none() {
-                self.pressure -= 2;
+                self.add_pressure(-2);
                 continue;
             }
             let vacant = Entry::Vacant {
@@ -1180,8 +1215,8 @@ impl<T> Wheel<T> {
             };
             debug_assert_eq!(timer.deadline, self.elapsed, "fired off its tick");
             self.free = index;
-            self.len -= 1;
-            self.pressure += 3;
+            self.settled = self.settled.wrapping_sub(1);
+            self.add_pressure(3);
             // `next` was this timer's deadline: it stays if another live timer follows in
             // this slot (dropping the garbage before it now is work the next poll saves).
             if self.levels[0].chains[slot].items == 0 {
@@ -1363,7 +1398,7 @@ impl<T> Wheel<T> {
             let words = self.pool.chunks[chunk as usize].0;
             let mut deadlines = [0; WORDS as usize];
             let live = gather_deadlines(&self.entries, &words, chunk, word, end, &mut deadlines);
-            self.pressure -= 2 * i64::from(end - word - live.count_ones());
+            self.add_pressure(-2 * i64::from(end - word - live.count_ones()));
             let c = &mut self.levels[1].chains[slot];
             c.items -= end - word;
             if last {
@@ -1413,7 +1448,7 @@ impl<T> Wheel<T> {
             // overlap instead of waiting for each `file` in turn), then re-file the live ones.
             let mut deadlines = [0; WORDS as usize];
             let live = gather_deadlines(&self.entries, &words, chunk, word, end, &mut deadlines);
-            self.pressure -= 2 * i64::from(end - word - live.count_ones());
+            self.add_pressure(-2 * i64::from(end - word - live.count_ones()));
             let c = &mut self.levels[level].chains[slot];
             c.items -= end - word;
             if last {
@@ -1482,7 +1517,7 @@ impl<T> Wheel<T> {
             if at(&self.entries, index, addr(chunk, word)).is_some() {
                 return true;
             }
-            self.pressure -= 2;
+            self.pressure_base = self.pressure_base.wrapping_sub(2);
             chain.items -= 1;
             chain.start += 1;
             if chain.start == WORDS && chunk != chain.tail {
@@ -1561,7 +1596,7 @@ impl<T> Wheel<T> {
             words = next_words;
             live = next_live;
         }
-        self.pressure -= 2 * i64::from(chain.items - kept);
+        self.add_pressure(-2 * i64::from(chain.items - kept));
         if write_chunk != chain.tail {
             let first_spare = self.pool.next(write_chunk);
             self.pool.free_run(first_spare, chain.tail);
@@ -1796,9 +1831,11 @@ impl<T> Wheel<T> {
         self.horizon = Tick::MAX;
         self.next = Tick::MAX;
         self.next_stale = false;
-        self.pressure = -2 * self.slack as i64;
+        // No timer left and no garbage: `live` 0, `pressure` −2 × slack.
+        self.inserts = 0;
+        self.settled = self.cancels;
+        self.pressure_base = (-2 * self.slack as i64).wrapping_sub(self.cancels.wrapping_mul(5) as i64);
         self.free = NIL;
-        self.len = 0;
     }
 }
 
@@ -1900,7 +1937,7 @@ impl<T> fmt::Debug for Wheel<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Wheel")
             .field("now", &self.elapsed)
-            .field("len", &self.len)
+            .field("len", &self.live())
             .field("next_deadline", &self.next_deadline())
             .finish_non_exhaustive()
     }
