@@ -6,7 +6,9 @@
 //! generation, and the address of its item in the pool (see `pool.rs`). For `T = u64` that is
 //! `8 (deadline) + 8 (value) + 4 (generation) + 4 (position)` = 24 bytes; the position is
 //! never 0, so the enum's tag hides in that niche and costs nothing (a unit test pins the
-//! size). A vacant entry keeps the generation and threads the free list through `next_free`.
+//! size). A vacant entry keeps the generation and threads the free list: both in one `u64`
+//! (`link`), so that vacating an entry is two stores (the link and the niche), not three
+//! (ADR 0039).
 //!
 //! Cancelling a timer touches its own entry and nothing else: the entry becomes vacant, and
 //! the item that pointed at it becomes garbage that its slot drops later.
@@ -37,16 +39,35 @@ pub(crate) struct Timer<T> {
 #[derive(Clone)]
 pub(crate) enum Entry<T> {
     Occupied(Timer<T>),
-    Vacant { gen: u32, next_free: u32 },
+    /// The generation of the entry's next timer (low 32 bits) and the next vacant entry of
+    /// the free list (high 32 bits; `NIL` ends it).
+    Vacant { link: u64 },
 }
 
 impl<T> Entry<T> {
+    /// A vacant entry whose next timer gets generation `gen`, linking to `next_free`.
+    #[inline(always)]
+    pub(crate) fn vacant(gen: u32, next_free: u32) -> Self {
+        Entry::Vacant {
+            link: u64::from(gen) | u64::from(next_free) << 32,
+        }
+    }
+
     /// The generation a key must carry to name this entry's current (or next) timer.
     #[inline]
     pub(crate) fn gen(&self) -> u32 {
         match self {
             Entry::Occupied(timer) => timer.gen,
-            Entry::Vacant { gen, .. } => *gen,
+            Entry::Vacant { link } => *link as u32,
+        }
+    }
+
+    /// A vacant entry's next generation and free-list link, `None` if occupied.
+    #[inline(always)]
+    pub(crate) fn vacancy(&self) -> Option<(u32, u32)> {
+        match self {
+            Entry::Vacant { link } => Some((*link as u32, (*link >> 32) as u32)),
+            Entry::Occupied(_) => None,
         }
     }
 

@@ -356,9 +356,8 @@ impl<T> Wheel<T> {
             // Filed before the entry is written: until then any item naming it is garbage.
             let pos = self.file(index, deadline);
             let entry = &mut self.entries[index as usize];
-            let (gen, next_free) = match *entry {
-                Entry::Vacant { gen, next_free } => (gen, next_free),
-                Entry::Occupied(_) => unreachable!("free list links to an occupied entry"),
+            let Some((gen, next_free)) = entry.vacancy() else {
+                unreachable!("free list links to an occupied entry")
             };
             *entry = Entry::Occupied(Timer {
                 deadline,
@@ -450,10 +449,7 @@ impl<T> Wheel<T> {
     fn take_live(&mut self, key: TimerKey) -> Option<Timer<T>> {
         let entry = self.entries.get_mut(key.index as usize)?;
         entry.live(key.gen)?;
-        let vacant = Entry::Vacant {
-            gen: key.gen.wrapping_add(1),
-            next_free: self.free,
-        };
+        let vacant = Entry::vacant(key.gen.wrapping_add(1), self.free);
         let Entry::Occupied(timer) = mem::replace(entry, vacant) else {
             unreachable!("checked occupied above")
         };
@@ -850,8 +846,8 @@ impl<T> Wheel<T> {
         // Rebuild the free list over the vacant entries that remain.
         self.free = NIL;
         for (index, entry) in self.entries.iter_mut().enumerate().rev() {
-            if let Entry::Vacant { next_free, .. } = entry {
-                *next_free = self.free;
+            if let Some((gen, _)) = entry.vacancy() {
+                *entry = Entry::vacant(gen, self.free);
                 self.free = index as u32;
             }
         }
@@ -1205,10 +1201,7 @@ impl<T> Wheel<T> {
                 self.add_pressure(-2);
                 continue;
             }
-            let vacant = Entry::Vacant {
-                gen: self.entries[index as usize].gen().wrapping_add(1),
-                next_free: self.free,
-            };
+            let vacant = Entry::vacant(self.entries[index as usize].gen().wrapping_add(1), self.free);
             let Entry::Occupied(timer) = mem::replace(&mut self.entries[index as usize], vacant)
             else {
                 unreachable!("checked live above")
@@ -1816,7 +1809,7 @@ impl<T> Wheel<T> {
         for entry in &self.entries {
             let next_gen = match entry {
                 Entry::Occupied(timer) => timer.gen.wrapping_add(1),
-                Entry::Vacant { gen, .. } => *gen,
+                Entry::Vacant { .. } => entry.gen(),
             };
             self.fresh_gen = newer(self.fresh_gen, next_gen);
         }
