@@ -150,10 +150,13 @@
 //!   short inline path; a slot's first timer and a new tail chunk (1 filing in 15) take a
 //!   cold one (ADR 0015).
 //! - **Cancel**: the timer's own entry, nothing else: not its slot, not even its slot's
-//!   counters (the wheel counts garbage as a whole). The item left in the slot is garbage,
-//!   dropped when the slot is reached; while the wheel's garbage exceeds 1.5 × its live
-//!   timers (+64 items, or +4 per timer reserved with [`Wheel::with_capacity`] or
-//!   [`Wheel::reserve`], at most +4096), each insert compacts one slot, round-robin (reads
+//!   counters (the wheel counts garbage as a whole), in two stores (the vacant entry's
+//!   generation and free-list link are one `u64`) and one counter (the number of timers and
+//!   the garbage are derived from the counts of inserts and cancels, ADR 0039). The item
+//!   left in the slot is garbage, dropped when the slot is reached; while the wheel's
+//!   garbage exceeds 1.5 × its live timers (+64 items, or +4 per timer reserved with
+//!   [`Wheel::with_capacity`] or [`Wheel::reserve`], at most +4096), every 16th insert
+//!   (and every reset) compacts one slot, round-robin (reads
 //!   each item's entry, keeps the live ones in order, frees spare chunks). So garbage costs about 10.7 bytes per
 //!   live timer and ~1.35 entry reads per cancel (the garbage item's, and 0.35 live ones
 //!   re-read: churn at N = 1e6, ADR 0024), paid in a sequential pass whose reads do not
@@ -176,7 +179,12 @@
 //! of ~211 instructions are the wheel's (the cancel 24: key check, vacant write, three
 //! counters, the `next` compare; the insert's inline path ~56: placement, slot bookkeeping,
 //! chunk append, entry write; a slot's new tail chunk, 1 filing in 15, ~5.5 per op; ADRs 0015
-//! and 0023).
+//! and 0023). Both random reads are paid by the bench's `floor` peer too (a slot table and
+//! nothing else), yet it runs an op in ~0.6 × the wheel's time: with less work between
+//! them, more ops' misses overlap. Probes that took parts out (ADR 0039; `floor` 110 ns,
+//! the `BinaryHeap` ~200) put the cost in the filing's chain and chunk work (the wheel with
+//! no filing at all ~125 ns, with its placement and slot minimum only ~128, whole ~180);
+//! queueing inserts and filing them in batches of 512 was not faster, in two forms.
 //!
 //! The first design threaded doubly linked lists through the entries: a cancel touched three
 //! random cache lines and a cascade chased one dependent pointer per timer. ADR 0004 records
@@ -202,7 +210,7 @@
 //! | [`prepare`](Wheel::prepare) | at most `budget` + 15 timers moved per call |
 //! | [`clear`](Wheel::clear), [`drain`](Wheel::drain), [`shrink_to_fit`](Wheel::shrink_to_fit) | O(capacity) |
 //!
-//! "Amortised" because, while garbage is over its bound, an insert compacts one slot (O(k)
+//! "Amortised" because, while garbage is over its bound, every 16th insert compacts one slot (O(k)
 //! for its k items, paid for by the cancels that made the garbage). The other exception:
 //! removing, resetting or firing the earliest pending timer looks for the next one: it drops
 //! the garbage in front of it (each item once), and if that timer is in a slot above level 0
