@@ -41,7 +41,9 @@ pub(crate) enum Entry<T> {
     Occupied(Timer<T>),
     /// The generation of the entry's next timer (low 32 bits) and the next vacant entry of
     /// the free list (high 32 bits; `NIL` ends it).
-    Vacant { link: u64 },
+    Vacant {
+        link: u64,
+    },
 }
 
 impl<T> Entry<T> {

@@ -309,8 +309,7 @@ impl<T> Wheel<T> {
         // The chunks the slots may need for that many timers, garbage included (its bound,
         // plus what cancels can add while the round-robin compaction walks once over every
         // slot), and a partly filled head and tail chunk per slot.
-        let items =
-            (live + additional) * (2 + GARBAGE_HALVES) / 2 + self.slack + SLOTS * TABLES;
+        let items = (live + additional) * (2 + GARBAGE_HALVES) / 2 + self.slack + SLOTS * TABLES;
         self.pool
             .reserve_total(items / ITEMS as usize + 2 * SLOTS * TABLES);
         // The sort buffer (see `sort_slot`): 4 bytes per timer, touched only if a slot
@@ -1051,7 +1050,7 @@ impl<T> Wheel<T> {
     /// (ADR 0039).
     #[inline(always)]
     fn bound_garbage(&mut self) {
-        if self.inserts % CHECK_EVERY == 0 {
+        if self.inserts.is_multiple_of(CHECK_EVERY) {
             self.bound_garbage_now();
         }
     }
@@ -1215,7 +1214,10 @@ impl<T> Wheel<T> {
                 self.add_pressure(-2);
                 continue;
             }
-            let vacant = Entry::vacant(self.entries[index as usize].gen().wrapping_add(1), self.free);
+            let vacant = Entry::vacant(
+                self.entries[index as usize].gen().wrapping_add(1),
+                self.free,
+            );
             let Entry::Occupied(timer) = mem::replace(&mut self.entries[index as usize], vacant)
             else {
                 unreachable!("checked live above")
@@ -1841,7 +1843,8 @@ impl<T> Wheel<T> {
         // No timer left and no garbage: `live` 0, `pressure` −2 × slack.
         self.inserts = 0;
         self.settled = self.cancels;
-        self.pressure_base = (-2 * self.slack as i64).wrapping_sub(self.cancels.wrapping_mul(5) as i64);
+        self.pressure_base =
+            (-2 * self.slack as i64).wrapping_sub(self.cancels.wrapping_mul(5) as i64);
         self.free = NIL;
     }
 }
