@@ -179,7 +179,8 @@
 //! of ~211 instructions are the wheel's (the cancel 24: key check, vacant write, three
 //! counters, the `next` compare; the insert's inline path ~56: placement, slot bookkeeping,
 //! chunk append, entry write; a slot's new tail chunk, 1 filing in 15, ~5.5 per op; ADRs 0015
-//! and 0023). Both random reads are paid by the bench's `floor` peer too (a slot table and
+//! and 0023; since ADR 0039 the cancel updates one counter instead of three and an op makes
+//! 39 data writes instead of 43, with as many instructions). Both random reads are paid by the bench's `floor` peer too (a slot table and
 //! nothing else), yet it runs an op in ~0.6 × the wheel's time: with less work between
 //! them, more ops' misses overlap. Probes that took parts out (ADR 0039; `floor` 110 ns,
 //! the `BinaryHeap` ~200) put the cost in the filing's chain and chunk work (the wheel with
