@@ -485,7 +485,9 @@ def test_top_under_tmux(server, tmp_path):
     marker = tmp_path / "exit"
     socket_path = str(tmp_path / "tmux.sock")
     command = (f"{cli_bin()} --addr {addr(server)} top --interval 200ms; "
-               f"echo $? > {marker}")
+               # Written aside and renamed, so the test never reads the file between
+               # the shell's creating it and its writing the status (a race that failed CI).
+               f"echo $? > {marker}.tmp && mv {marker}.tmp {marker}")
     tmux("-S", socket_path, "new-session", "-d", "-s", session, "-x", "160", "-y", "40",
          command)
     try:
