@@ -334,7 +334,7 @@ impl<T> Wheel<T> {
     /// let key = wheel.insert(u64::MAX, "the end of time");
     /// assert_eq!(wheel.deadline(key), Some(u64::MAX));
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn insert(&mut self, deadline: Tick, value: T) -> TimerKey {
         match self.try_insert(deadline, value) {
             Ok(key) => key,
@@ -348,7 +348,7 @@ impl<T> Wheel<T> {
     /// # Errors
     ///
     /// [`InsertError`] (holding `value`) if 2³⁰ timers are pending.
-    #[inline]
+    #[inline(always)]
     pub fn try_insert(&mut self, deadline: Tick, value: T) -> Result<TimerKey, InsertError<T>> {
         let deadline = deadline.max(self.elapsed);
         if self.free != NIL {
@@ -372,24 +372,32 @@ impl<T> Wheel<T> {
             self.bound_garbage();
             Ok(TimerKey { index, gen })
         } else {
-            // Every entry is occupied: the slab grows, up to `MAX_TIMERS` entries.
-            if self.live() >= MAX_TIMERS {
-                return Err(InsertError(value));
-            }
-            self.inserts = self.inserts.wrapping_add(1);
-            let index = self.entries.len() as u32;
-            let gen = self.fresh_gen;
-            self.entries.push(Entry::Occupied(Timer {
-                deadline,
-                value,
-                gen,
-                pos: NO_POS,
-            }));
-            let pos = self.file(index, deadline);
-            self.set_pos(index, pos);
-            self.bound_garbage();
-            Ok(TimerKey { index, gen })
+            self.insert_growing(deadline, value)
         }
+    }
+
+    /// [`try_insert`](Self::try_insert) when every entry is occupied: the slab grows, up to
+    /// `MAX_TIMERS` entries. Kept out of line so that the common path (a vacant entry) is
+    /// small enough to be inlined into the caller's loop.
+    #[cold]
+    #[inline(never)]
+    fn insert_growing(&mut self, deadline: Tick, value: T) -> Result<TimerKey, InsertError<T>> {
+        if self.live() >= MAX_TIMERS {
+            return Err(InsertError(value));
+        }
+        self.inserts = self.inserts.wrapping_add(1);
+        let index = self.entries.len() as u32;
+        let gen = self.fresh_gen;
+        self.entries.push(Entry::Occupied(Timer {
+            deadline,
+            value,
+            gen,
+            pos: NO_POS,
+        }));
+        let pos = self.file(index, deadline);
+        self.set_pos(index, pos);
+        self.bound_garbage();
+        Ok(TimerKey { index, gen })
     }
 
     /// Cancels a timer and returns its value. O(1).
