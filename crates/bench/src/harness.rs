@@ -102,7 +102,7 @@ impl<I: TimerImpl> Harness<I> {
     }
 
     /// Inserts a timer into the empty `slot`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn insert(&mut self, slot: u32, deadline: u64) {
         let s = &mut self.slots[slot as usize];
         debug_assert!(s.handle.is_none());
@@ -113,7 +113,7 @@ impl<I: TimerImpl> Harness<I> {
     }
 
     /// Cancels the timer in `slot` (which must hold one) and checks the id handed back.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn cancel(&mut self, slot: u32) -> Checked<()> {
         let s = &mut self.slots[slot as usize];
         let Some(handle) = s.handle.take() else {

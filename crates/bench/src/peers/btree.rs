@@ -21,7 +21,7 @@ impl TimerImpl for BTreeTimer {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn insert(&mut self, deadline: u64, id: u64) -> (u64, u64) {
         self.seq += 1;
         let key = (deadline, self.seq);
@@ -29,7 +29,7 @@ impl TimerImpl for BTreeTimer {
         key
     }
 
-    #[inline]
+    #[inline(always)]
     fn cancel(&mut self, handle: (u64, u64)) -> Option<u64> {
         self.map.remove(&handle)
     }

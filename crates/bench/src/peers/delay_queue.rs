@@ -77,14 +77,14 @@ impl TimerImpl for DelayQueueTimer {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn insert(&mut self, deadline: u64, id: u64) -> Key {
         let _guard = self.rt.enter();
         self.queue
             .insert_at(id, self.epoch + Duration::from_millis(deadline))
     }
 
-    #[inline]
+    #[inline(always)]
     fn cancel(&mut self, handle: Key) -> Option<u64> {
         self.queue.try_remove(&handle).map(|e| e.into_inner())
     }

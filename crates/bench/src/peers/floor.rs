@@ -35,13 +35,13 @@ impl TimerImpl for SlabFloor {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn insert(&mut self, _deadline: u64, id: u64) -> FloorHandle {
         let (slot, gen) = self.slots.alloc(id);
         FloorHandle { slot, gen }
     }
 
-    #[inline]
+    #[inline(always)]
     fn cancel(&mut self, handle: FloorHandle) -> Option<u64> {
         if !self.slots.is_live(handle.slot, handle.gen) {
             return None;

@@ -91,7 +91,7 @@ impl TimerImpl for HashedWheelTimer {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn insert(&mut self, deadline: u64, id: u64) -> HashedHandle {
         // Due no earlier than the next tick the clock will reach.
         let deadline = deadline.max(self.now + 1);
@@ -122,7 +122,7 @@ impl TimerImpl for HashedWheelTimer {
         HashedHandle { index, gen: t.gen }
     }
 
-    #[inline]
+    #[inline(always)]
     fn cancel(&mut self, handle: HashedHandle) -> Option<u64> {
         let t = self.timers.get(handle.index as usize)?;
         if t.gen != handle.gen {

@@ -45,14 +45,14 @@ impl TimerImpl for HeapTimer {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn insert(&mut self, deadline: u64, id: u64) -> HeapHandle {
         let (slot, gen) = self.slots.alloc(id);
         self.heap.push(Reverse((deadline, slot, gen)));
         HeapHandle { slot, gen }
     }
 
-    #[inline]
+    #[inline(always)]
     fn cancel(&mut self, handle: HeapHandle) -> Option<u64> {
         if !self.slots.is_live(handle.slot, handle.gen) {
             return None;

@@ -45,13 +45,13 @@ impl TimerImpl for NexusTimer {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn insert(&mut self, deadline: u64, id: u64) -> TimerHandle<u64> {
         let at = self.at(deadline);
         self.wheel.schedule(at, id)
     }
 
-    #[inline]
+    #[inline(always)]
     fn cancel(&mut self, handle: TimerHandle<u64>) -> Option<u64> {
         self.wheel.cancel(handle)
     }

@@ -15,12 +15,12 @@ impl TimerImpl for TickwheelTimer {
         TickwheelTimer(Wheel::with_capacity(capacity))
     }
 
-    #[inline]
+    #[inline(always)]
     fn insert(&mut self, deadline: u64, id: u64) -> TimerKey {
         self.0.insert(deadline, id)
     }
 
-    #[inline]
+    #[inline(always)]
     fn cancel(&mut self, handle: TimerKey) -> Option<u64> {
         self.0.remove(handle)
     }
