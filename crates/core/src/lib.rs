@@ -186,6 +186,10 @@
 //! the `BinaryHeap` ~200) put the cost in the filing's chain and chunk work (the wheel with
 //! no filing at all ~125 ns, with its placement and slot minimum only ~128, whole ~180);
 //! queueing inserts and filing them in batches of 512 was not faster, in two forms.
+//! Once the bench's harness stopped putting a call of its own around every peer's insert
+//! (ADR 0040), a lazy-cancel `BinaryHeap` ran churn at N = 1e6 level with the wheel (the call
+//! had cost the heap ~15 % and the wheel ~3 %): in both, ~90 % of the op's samples wait on
+//! the same two dependent reads, the harness's handle and then that timer's record.
 //!
 //! The first design threaded doubly linked lists through the entries: a cancel touched three
 //! random cache lines and a cascade chased one dependent pointer per timer. ADR 0004 records
