@@ -102,6 +102,10 @@ impl<I: TimerImpl> Harness<I> {
     }
 
     /// Inserts a timer into the empty `slot`.
+    ///
+    /// Always inlined, as `cancel` and every adapter's `insert`/`cancel` are: with two call
+    /// sites LLVM kept this out of line, and the call it put around every peer's insert cost
+    /// the lazy-cancel heap ~15 % at churn N = 1e6 and the wheel ~3 % (ADR 0040).
     #[inline(always)]
     pub(crate) fn insert(&mut self, slot: u32, deadline: u64) {
         let s = &mut self.slots[slot as usize];
