@@ -31,12 +31,15 @@ const MAX_HELD_REPLIES: usize = 64;
 /// before it runs on what is in memory.
 const MAX_LOADS: usize = 64;
 
-/// Serves one connection until the client quits or disconnects, or the server shuts down.
+/// Serves one connection, `client`, until the client quits or disconnects, or the server
+/// shuts down. The caller has connected `client` to the engine (the accept loop does, in
+/// accept order); this disconnects it at the end.
 ///
 /// The socket comes in its two owned halves (`into_split`): each is the socket itself
 /// behind an `Arc`, where `tokio::io::split` would take a lock on every read and write.
 pub(crate) async fn serve<R, W>(
     shared: Arc<Shared>,
+    client: ClientId,
     mut reader: R,
     mut writer: W,
     max_job_size: usize,
@@ -45,8 +48,6 @@ pub(crate) async fn serve<R, W>(
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let client = shared.next_client_id();
-    shared.apply(|engine| engine.connect(client));
     let mut replies = Replies {
         held: Vec::new(),
         out: BytesMut::with_capacity(256),

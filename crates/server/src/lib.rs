@@ -398,32 +398,32 @@ impl Server {
                 () = shutdown.cancelled() => break,
                 accepted = accept(&listener) => accepted,
             };
-            match accepted {
-                Ok(Stream::Tcp(stream)) => {
-                    let _ = stream.set_nodelay(true);
-                    let (reader, writer) = stream.into_split();
-                    tracker.spawn(conn::serve(
-                        self.shared.clone(),
-                        reader,
-                        writer,
-                        self.max_job_size,
-                        shutdown.clone(),
-                    ));
-                }
-                Ok(Stream::Unix(stream)) => {
-                    let (reader, writer) = stream.into_split();
-                    tracker.spawn(conn::serve(
-                        self.shared.clone(),
-                        reader,
-                        writer,
-                        self.max_job_size,
-                        shutdown.clone(),
-                    ));
-                }
+            let stream = match accepted {
+                Ok(stream) => stream,
                 Err(error) => {
                     // Out of file descriptors and the like: back off instead of spinning.
                     tracing::warn!(%error, "accept failed");
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            // The connection is counted here, in accept order, before its task runs: as in
+            // beanstalkd, a connection accepted earlier shows in `total-connections` and
+            // `current-connections` before a later one's first command is answered (two
+            // connections waiting in the backlog used to race for that).
+            let client = self.shared.next_client_id();
+            self.shared.apply(|engine| engine.connect(client));
+            let shared = self.shared.clone();
+            let (max, stop) = (self.max_job_size, shutdown.clone());
+            match stream {
+                Stream::Tcp(stream) => {
+                    let _ = stream.set_nodelay(true);
+                    let (reader, writer) = stream.into_split();
+                    tracker.spawn(conn::serve(shared, client, reader, writer, max, stop));
+                }
+                Stream::Unix(stream) => {
+                    let (reader, writer) = stream.into_split();
+                    tracker.spawn(conn::serve(shared, client, reader, writer, max, stop));
                 }
             }
         }

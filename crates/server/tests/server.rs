@@ -491,3 +491,41 @@ async fn far_jobs_are_found_by_id_by_peek_delayed_and_by_kick() {
     assert_eq!(c.reserve(0).await, (kept, "kept".to_string()));
     server.shutdown().await;
 }
+
+/// Connections are counted in accept order, as beanstalkd counts them: a connection accepted
+/// earlier (even one that never sends a byte, or has already closed, like a readiness probe)
+/// is in `total-connections` and `current-connections` before a later one's first command is
+/// answered. Counting used to happen in each connection's task, so two connections waiting
+/// in the backlog raced for it (a differential test against beanstalkd caught the
+/// difference).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn earlier_connections_are_counted_before_a_later_ones_first_reply() {
+    let (_tmp, dir) = temp_dir();
+    let server = start_server(&dir).await;
+    let mut total = 0;
+    for round in 0..20 {
+        let mut silent = Vec::new();
+        for _ in 0..16 {
+            silent.push(tokio::net::TcpStream::connect(server.addr).await.unwrap());
+        }
+        // A probe that connects and closes at once.
+        drop(tokio::net::TcpStream::connect(server.addr).await.unwrap());
+        let mut c = server.client().await;
+        total += silent.len() + 2;
+        let stats = c.yaml("stats").await;
+        let field = |key: &str| stats.iter().find(|(k, _)| k == key).unwrap().1.clone();
+        assert_eq!(
+            field("total-connections"),
+            total.to_string(),
+            "round {round}"
+        );
+        // The silent ones and this client are open (closed ones of earlier rounds and the
+        // probe may not have been seen to close yet).
+        let current: usize = field("current-connections").parse().unwrap();
+        assert!(
+            current > silent.len(),
+            "round {round}: {current} current connections"
+        );
+    }
+    server.shutdown().await;
+}
