@@ -79,12 +79,28 @@ class ServerProcess:
                     f"{self.name} exited with {self.proc.returncode}; see {self.log_path}"
                 )
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as probe:
+                    self._quit_probe(probe)
                     return
             except OSError:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{self.name} did not listen on {self.port}")
                 time.sleep(0.02)
+
+    @staticmethod
+    def _quit_probe(probe):
+        """Ends the readiness probe with `quit` and waits for the server's EOF. Both servers
+        release a connection (its `current-connections`, its tube's `current-using`) before
+        they close its socket, so once the EOF is here the probe is gone from every count a
+        test reads next. A probe that only connected and closed could still be in the
+        server's backlog, or half torn down, when the test's first command was answered."""
+        try:
+            probe.settimeout(5)
+            probe.sendall(b"quit\r\n")
+            while probe.recv(4096):
+                pass
+        except OSError:
+            pass  # it listens, which is what the probe is for; the rest is best effort
 
     def stop(self, sig=signal.SIGTERM, timeout=10.0):
         """Stops the process (SIGTERM: graceful) and waits for it to exit."""
