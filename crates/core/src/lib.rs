@@ -190,6 +190,11 @@
 //! (ADR 0040), a lazy-cancel `BinaryHeap` ran churn at N = 1e6 level with the wheel (the call
 //! had cost the heap ~15 % and the wheel ~3 %): in both, ~90 % of the op's samples wait on
 //! the same two dependent reads, the harness's handle and then that timer's record.
+//! Whether one op's reads overlap the next op's depends on the op's size, and the change is a
+//! step, not a slope (ADR 0041). With work added to every peer's op, the `floor` peer went
+//! from 111 ns to 118 ns with 24 register `add`s, and to 163 ns with 32. The wheel is already
+//! past that step: 48 added `add`s cost it 5–7 %. Reaching 0.8 × the heap would take a
+//! cancel + insert of ~47 instructions in all, about half of today's.
 //!
 //! The first design threaded doubly linked lists through the entries: a cancel touched three
 //! random cache lines and a cascade chased one dependent pointer per timer. ADR 0004 records
