@@ -21,9 +21,6 @@ use crate::tick::Tick;
 /// The "no entry" index ending a list. Entry indices are therefore at most `u32::MAX - 1`.
 pub(crate) const NIL: u32 = u32::MAX;
 
-/// The position of a timer that has no item yet (no item ever has this address).
-pub(crate) const NO_POS: NonZeroU32 = NonZeroU32::MAX;
-
 /// A live timer.
 #[derive(Clone)]
 pub(crate) struct Timer<T> {

@@ -144,19 +144,25 @@
 //! points back at it: that makes cancelling lazy.
 //!
 //! - **Insert**: the most recently freed slab entry (usually the one a cancel just touched,
-//!   still in cache), and one `u32` appended to the slot's tail chunk (hot: recently filed),
-//!   plus the slot's chain fields, minimum and last deadline (one line shared by several
-//!   slots each). The common case (the slot is occupied and its tail chunk has room) is a
-//!   short inline path; a slot's first timer and a new tail chunk (1 filing in 15) take a
-//!   cold one (ADR 0015).
+//!   still in cache), and one `u32` appended to the wheel's *inbox*, a 512-item array that
+//!   stays in L1; the entry's position names its inbox item. The inbox is filed into the
+//!   slots in one pass when it is full, and before anything reads a slot (`poll`,
+//!   `poll_budgeted`, `prepare`, the next deadline's lookup, a full compaction). The pass
+//!   reads 16 entries before it files any, so their misses overlap, and drops the items
+//!   whose timer was cancelled meanwhile without filing them. Filing one item is one `u32`
+//!   appended to its slot's tail chunk (hot: recently filed), plus the slot's chain fields,
+//!   minimum and last deadline (one line shared by several slots each); a slot's first timer
+//!   and a new tail chunk (1 filing in 15) take a cold path (ADR 0015). `next` is lowered at
+//!   the insert itself, so the next deadline stays exact, and ties keep their order (every
+//!   inbox item is newer than every filed one). Why the filing left the insert: ADR 0042.
 //! - **Cancel**: the timer's own entry, nothing else: not its slot, not even its slot's
 //!   counters (the wheel counts garbage as a whole), in two stores (the vacant entry's
 //!   generation and free-list link are one `u64`) and one counter (the number of timers and
 //!   the garbage are derived from the counts of inserts and cancels, ADR 0039). The item
 //!   left in the slot is garbage, dropped when the slot is reached; while the wheel's
 //!   garbage exceeds 1.5 × its live timers (+64 items, or +4 per timer reserved with
-//!   [`Wheel::with_capacity`] or [`Wheel::reserve`], at most +4096), every 16th insert
-//!   (and every reset) compacts one slot, round-robin (reads
+//!   [`Wheel::with_capacity`] or [`Wheel::reserve`], at most +4096), each inbox pass
+//!   compacts up to 16 slots and every reset one, round-robin (reads
 //!   each item's entry, keeps the live ones in order, frees spare chunks). So garbage costs about 10.7 bytes per
 //!   live timer and ~1.35 entry reads per cancel (the garbage item's, and 0.35 live ones
 //!   re-read: churn at N = 1e6, ADR 0024), paid in a sequential pass whose reads do not
@@ -194,7 +200,12 @@
 //! step, not a slope (ADR 0041). With work added to every peer's op, the `floor` peer went
 //! from 111 ns to 118 ns with 24 register `add`s, and to 163 ns with 32. The wheel is already
 //! past that step: 48 added `add`s cost it 5–7 %. Reaching 0.8 × the heap would take a
-//! cancel + insert of ~47 instructions in all, about half of today's.
+//! cancel + insert of ~47 instructions in all, about half of what they were.
+//! The inbox does that (ADR 0042). The op's loop fell from ~184 instructions to ~148, under the
+//! step, and the filing moved into a pass with no misses between its own reads. With the
+//! same harness the wheel then ran churn at N = 1e6 in 0.77–0.78 × the heap's time. The
+//! inbox had been measured and rejected in ADR 0039, when the harness still added its own
+//! call to every insert and kept the op over the step either way.
 //!
 //! The first design threaded doubly linked lists through the entries: a cancel touched three
 //! random cache lines and a cascade chased one dependent pointer per timer. ADR 0004 records
@@ -202,7 +213,7 @@
 //!
 //! Memory: about 24 + 4 × (1 + garbage) × 16/15 bytes per timer, measured at 32.6 B after one
 //! cancel per timer and 34.5 B in the steady state of heavy churn at N = 1e6; plus 11 KiB of
-//! slot tables per level and 11 KiB for the staging table. Once the slab and pool have grown to the live count (or after
+//! slot tables per level, 11 KiB for the staging table and 2 KiB for the inbox. Once the slab and pool have grown to the live count (or after
 //! [`Wheel::with_capacity`]), inserting, cancelling and firing allocate nothing: entries and
 //! chunks are reused, most recent first.
 //!
@@ -220,8 +231,9 @@
 //! | [`prepare`](Wheel::prepare) | at most `budget` + 15 timers moved per call |
 //! | [`clear`](Wheel::clear), [`drain`](Wheel::drain), [`shrink_to_fit`](Wheel::shrink_to_fit) | O(capacity) |
 //!
-//! "Amortised" because, while garbage is over its bound, every 16th insert compacts one slot (O(k)
-//! for its k items, paid for by the cancels that made the garbage). The other exception:
+//! "Amortised" because an insert that fills the inbox files the 512 timers queued there, and,
+//! while garbage is over its bound, that pass compacts up to 16 slots (O(k) for a slot's k items,
+//! paid for by the cancels that made the garbage). The other exception:
 //! removing, resetting or firing the earliest pending timer looks for the next one: it drops
 //! the garbage in front of it (each item once), and if that timer is in a slot above level 0
 //! whose timers were inserted out of deadline order, and timers were cancelled since that

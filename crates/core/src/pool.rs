@@ -33,9 +33,10 @@ pub(crate) const WORDS: u32 = 16;
 /// Items per chunk.
 pub(crate) const ITEMS: u32 = WORDS - 1;
 
-/// Chunks the pool may hold: item addresses `chunk * 16 + word` must fit a `u32`, and
-/// `u32::MAX` stays free as a placeholder address no item ever has.
-pub(crate) const MAX_CHUNKS: usize = (1 << 28) - 1;
+/// Chunks the pool may hold: item addresses `chunk * 16 + word` must fit a `u32` below the
+/// wheel's inbox addresses (its top 512; room for 2³⁰ live timers after `compact_all`
+/// either way: they need at most 2³⁰ / 15 chunks).
+pub(crate) const MAX_CHUNKS: usize = (1 << 28) - 32;
 
 /// One cache line: a link to the next chunk of the chain and 15 slab indices.
 #[derive(Clone, Copy)]
@@ -228,9 +229,9 @@ mod tests {
     }
 
     #[test]
-    fn addresses_fit_u32_and_avoid_the_placeholder() {
+    fn addresses_fit_u32_below_the_inbox() {
         let last = (MAX_CHUNKS - 1) as u64 * u64::from(WORDS) + u64::from(ITEMS);
-        assert!(last < u64::from(u32::MAX));
+        assert!(last < u64::from(u32::MAX - 511));
     }
 
     #[test]

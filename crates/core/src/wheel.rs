@@ -7,9 +7,9 @@ use core::marker::PhantomData;
 use core::mem;
 use core::num::NonZeroU32;
 
-use crate::entry::{at, Entry, Timer, TimerKey, NIL, NO_POS};
+use crate::entry::{at, Entry, Timer, TimerKey, NIL};
 use crate::level::{Level, UNSORTED};
-use crate::pool::{addr, Chain, Pool, ITEMS, WORDS};
+use crate::pool::{addr, Chain, Pool, ITEMS, MAX_CHUNKS, WORDS};
 use crate::tick::{
     level_for, place_for, slot_for, slot_start, Tick, BITS_PER_LEVEL, NUM_LEVELS, SLOTS,
 };
@@ -59,9 +59,14 @@ const GARBAGE_SLACK: usize = 64;
 /// The largest slack `reserve` sets (see `GARBAGE_SLACK`).
 const MAX_GARBAGE_SLACK: usize = 4096;
 
-/// An insert tests the garbage bound when the count of inserts is a multiple of this (see
-/// `Wheel::bound_garbage`).
-const CHECK_EVERY: u64 = 16;
+/// Timers the inbox holds before they are filed into their slots (see `Wheel::inbox`).
+const INBOX_LEN: u32 = 512;
+
+/// The address of inbox item 0 (item `i` is at `INBOX | i`): above every pool address
+/// (`pool::MAX_CHUNKS`).
+const INBOX: u32 = u32::MAX - (INBOX_LEN - 1);
+const _: () = assert!(INBOX_LEN.is_power_of_two() && INBOX.is_multiple_of(INBOX_LEN));
+const _: () = assert!(MAX_CHUNKS as u64 * WORDS as u64 <= INBOX as u64);
 
 /// A hierarchical timing wheel holding timers with values of type `T`.
 ///
@@ -157,6 +162,13 @@ pub struct Wheel<T> {
     /// `true` while a window is staged or a cascade is paused: filing then needs
     /// [`place`](Self::place)'s and the paused cascade's checks. One flag for the hot path.
     odd: bool,
+    /// Timers inserted or reset since the slots were last looked at, in order (slab
+    /// indices; item `i`'s address is `INBOX | i`): filed into their slots in one pass
+    /// ([`flush_inbox`](Self::flush_inbox)) when `INBOX_LEN` have come, and before anything
+    /// reads a slot or the horizon (ADR 0039).
+    inbox: Box<[u32; INBOX_LEN as usize]>,
+    /// Items in `inbox`.
+    inbox_len: u32,
 }
 
 /// What one [`Wheel::poll_budgeted`] call did.
@@ -253,6 +265,8 @@ impl<T> Wheel<T> {
             pre_moving: false,
             staged_block: u64::MAX,
             odd: false,
+            inbox: Box::new([NIL; INBOX_LEN as usize]),
+            inbox_len: 0,
         }
     }
 
@@ -317,7 +331,9 @@ impl<T> Wheel<T> {
         self.scratch.reserve(live + additional);
     }
 
-    /// Adds a timer that fires at `deadline` and returns its key. O(1).
+    /// Adds a timer that fires at `deadline` and returns its key. O(1) amortised: the timer
+    /// is queued in a 512-item inbox, and the insert that fills it files all 512 into their
+    /// slots (as does the next poll, whatever is queued).
     ///
     /// A `deadline` at or before [`now`](Self::now) fires at the next [`poll`](Self::poll);
     /// its effective deadline is `now()`. Every `u64` is a valid deadline.
@@ -356,8 +372,8 @@ impl<T> Wheel<T> {
             debug_assert!(self.live() < MAX_TIMERS);
             self.inserts = self.inserts.wrapping_add(1);
             let index = self.free;
-            // Filed before the entry is written: until then any item naming it is garbage.
-            let pos = self.file(index, deadline);
+            // Queued before the entry is written: until then any item naming it is garbage.
+            let pos = self.queue(index, deadline);
             let entry = &mut self.entries[index as usize];
             let Some((gen, next_free)) = entry.vacancy() else {
                 unreachable!("free list links to an occupied entry")
@@ -369,7 +385,9 @@ impl<T> Wheel<T> {
                 pos,
             });
             self.free = next_free;
-            self.bound_garbage();
+            if self.inbox_len == INBOX_LEN {
+                self.flush_inbox();
+            }
             Ok(TimerKey { index, gen })
         } else {
             self.insert_growing(deadline, value)
@@ -388,15 +406,16 @@ impl<T> Wheel<T> {
         self.inserts = self.inserts.wrapping_add(1);
         let index = self.entries.len() as u32;
         let gen = self.fresh_gen;
+        let pos = self.queue(index, deadline);
         self.entries.push(Entry::Occupied(Timer {
             deadline,
             value,
             gen,
-            pos: NO_POS,
+            pos,
         }));
-        let pos = self.file(index, deadline);
-        self.set_pos(index, pos);
-        self.bound_garbage();
+        if self.inbox_len == INBOX_LEN {
+            self.flush_inbox();
+        }
         Ok(TimerKey { index, gen })
     }
 
@@ -497,8 +516,11 @@ impl<T> Wheel<T> {
         };
         let old = mem::replace(&mut timer.deadline, deadline);
         // The entry points at the new item: the old one is garbage from now on.
-        let pos = self.file(key.index, deadline);
+        let pos = self.queue(key.index, deadline);
         self.set_pos(key.index, pos);
+        if self.inbox_len == INBOX_LEN {
+            self.flush_inbox();
+        }
         // One more garbage item (`pressure` +2), the same number of timers.
         self.cancels += 1;
         self.settled = self.settled.wrapping_add(1);
@@ -662,6 +684,9 @@ impl<T> Wheel<T> {
     /// ```
     #[inline]
     pub fn poll(&mut self, now: Tick) -> Option<(TimerKey, T)> {
+        if self.inbox_len != 0 {
+            self.flush_inbox();
+        }
         if self.cascade_level != 0 {
             self.finish_cascade();
         }
@@ -752,6 +777,9 @@ impl<T> Wheel<T> {
     pub fn poll_budgeted(&mut self, now: Tick, budget: usize) -> Step<T> {
         let mut budget = budget;
         let mut worked = false;
+        if self.inbox_len != 0 {
+            self.flush_inbox();
+        }
         if let Some((level, slot)) = self.cascading() {
             worked = true;
             if !self.cascade_step(level, slot, &mut budget) {
@@ -1053,21 +1081,76 @@ impl<T> Wheel<T> {
     }
 
     /// Keeps the garbage bounded: while it exceeds 1.5 items per live timer (plus a little
-    /// slack), every `CHECK_EVERY`-th insert and every reset compacts one occupied slot,
-    /// round-robin. An insert in between tests one bit of a counter it holds in a register
-    /// (ADR 0039).
-    #[inline(always)]
-    fn bound_garbage(&mut self) {
-        if self.inserts.is_multiple_of(CHECK_EVERY) {
-            self.bound_garbage_now();
-        }
-    }
-
-    /// [`bound_garbage`](Self::bound_garbage)'s test.
+    /// slack), a reset compacts one occupied slot, round-robin (an insert's share is done
+    /// by [`flush_inbox`](Self::flush_inbox)).
     #[inline]
     fn bound_garbage_now(&mut self) {
         if self.pressure() > 0 {
             self.compact_next();
+        }
+    }
+
+    /// Queues entry `index`, due at `deadline`, in the inbox and returns its item's
+    /// address: an insert's whole filing. `next` is lowered here, so it stays exact; the
+    /// slots see the timer at the next [`flush_inbox`](Self::flush_inbox). The inbox has
+    /// room (a full one is flushed at once).
+    #[inline(always)]
+    fn queue(&mut self, index: u32, deadline: Tick) -> NonZeroU32 {
+        // A branch, not `min`: a new deadline is rarely the earliest, and the store is then
+        // skipped.
+        if deadline < self.next {
+            self.next = deadline;
+        }
+        let n = self.inbox_len;
+        debug_assert!(n < INBOX_LEN);
+        // `& (INBOX_LEN - 1)`: `n` is below `INBOX_LEN`; the mask drops a bounds check.
+        self.inbox[(n & (INBOX_LEN - 1)) as usize] = index;
+        self.inbox_len = n + 1;
+        // `INBOX` has its top bits set: never 0, and above every pool address.
+        match NonZeroU32::new(INBOX | (n & (INBOX_LEN - 1))) {
+            Some(pos) => pos,
+            None => unreachable!("an inbox address is never 0"),
+        }
+    }
+
+    /// Files every live timer of the inbox into its slot, in the order they came, at the
+    /// current clock (as a cascade moves a slot: 16 entries are read before any is filed,
+    /// so their cache misses overlap; garbage is dropped without a look), then keeps the
+    /// garbage bounded: while it exceeds its bound, compacts slots, round-robin, at most
+    /// `INBOX_LEN / 32` of them.
+    #[cold]
+    #[inline(never)]
+    fn flush_inbox(&mut self) {
+        let n = self.inbox_len;
+        // Emptied first: a filing that compacts every slot (`compact_all`) flushes again.
+        self.inbox_len = 0;
+        let mut from = 0;
+        while from < n {
+            let to = (from + 16).min(n);
+            let mut words = [NIL; 16];
+            let mut deadlines = [0; 16];
+            let mut live = 0u32;
+            for k in from..to {
+                let w = (k - from) as usize;
+                let index = self.inbox[(k & (INBOX_LEN - 1)) as usize];
+                words[w] = index;
+                if let Some(timer) = at(&self.entries, index, INBOX | k) {
+                    deadlines[w] = timer.deadline;
+                    live |= 1 << w;
+                }
+            }
+            self.add_pressure(-2 * i64::from(to - from - live.count_ones()));
+            for w in live_words(live) {
+                let index = words[w];
+                let pos = self.file(index, deadlines[w]);
+                self.set_pos(index, pos);
+            }
+            from = to;
+        }
+        let mut compactions = INBOX_LEN / 32;
+        while compactions > 0 && self.pressure() > 0 {
+            self.compact_next();
+            compactions -= 1;
         }
     }
 
@@ -1079,7 +1162,8 @@ impl<T> Wheel<T> {
             .iter()
             .flat_map(|lvl| lvl.chains.iter())
             .map(|chain| chain.items as usize)
-            .sum();
+            .sum::<usize>()
+            + self.inbox_len as usize;
         let garbage = items - self.live();
         assert_eq!(
             self.pressure(),
@@ -1150,6 +1234,9 @@ impl<T> Wheel<T> {
         if self.live() == 0 {
             self.next = Tick::MAX;
             return;
+        }
+        if self.inbox_len != 0 {
+            self.flush_inbox();
         }
         // The earliest timer may be in either part of a paused cascade: finish it.
         self.finish_cascade();
@@ -1323,6 +1410,9 @@ impl<T> Wheel<T> {
     /// assert_eq!(wheel.poll(256).map(|(_, v)| v), Some(0));
     /// ```
     pub fn prepare(&mut self, budget: usize) -> bool {
+        if self.inbox_len != 0 {
+            self.flush_inbox();
+        }
         if self.cascade_level != 0 {
             return false;
         }
@@ -1773,6 +1863,9 @@ impl<T> Wheel<T> {
     /// `MAX_CHUNKS`.
     #[cold]
     fn compact_all(&mut self) {
+        if self.inbox_len != 0 {
+            self.flush_inbox();
+        }
         for level in 0..TABLES {
             for slot in 0..SLOTS {
                 if self.levels[level].occupied.get(slot) {
@@ -1840,6 +1933,7 @@ impl<T> Wheel<T> {
         for level in self.levels.iter_mut() {
             level.clear();
         }
+        self.inbox_len = 0;
         self.pool.clear();
         self.cascade_level = 0;
         self.set_pre(0, false);
