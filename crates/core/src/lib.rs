@@ -178,8 +178,8 @@
 //! - **Pre-cascade** ([`Wheel::prepare`]): as a cascade, into the staging table; entering the
 //!   window swaps the staging table with level 0's (two 11 KiB tables, once per 256 ticks).
 //!
-//! Where a churn op's time goes at N = 1e6 (cachegrind, per cancel + insert, the bench's
-//! harness included): 2.51 misses of the 1 MiB L2, of which 1.1 are the harness's own table,
+//! Where a churn op's time went at N = 1e6 before the inbox (cachegrind, per cancel + insert,
+//! the bench's harness included): 2.51 misses of the 1 MiB L2, of which 1.1 are the harness's own table,
 //! 0.98 the cancelled timer's entry and 0.24 the second line of an entry that straddles two
 //! (24-byte entries: 2 of every 8 do); 0.56 L1-only write misses on slots' tail chunks; ~86
 //! of ~211 instructions are the wheel's (the cancel 24: key check, vacant write, three
