@@ -385,9 +385,7 @@ impl<T> Wheel<T> {
                 pos,
             });
             self.free = next_free;
-            if self.inbox_len == INBOX_LEN {
-                self.flush_inbox();
-            }
+            self.flush_inbox_if_full();
             Ok(TimerKey { index, gen })
         } else {
             self.insert_growing(deadline, value)
@@ -413,9 +411,7 @@ impl<T> Wheel<T> {
             gen,
             pos,
         }));
-        if self.inbox_len == INBOX_LEN {
-            self.flush_inbox();
-        }
+        self.flush_inbox_if_full();
         Ok(TimerKey { index, gen })
     }
 
@@ -518,9 +514,7 @@ impl<T> Wheel<T> {
         // The entry points at the new item: the old one is garbage from now on.
         let pos = self.queue(key.index, deadline);
         self.set_pos(key.index, pos);
-        if self.inbox_len == INBOX_LEN {
-            self.flush_inbox();
-        }
+        self.flush_inbox_if_full();
         // One more garbage item (`pressure` +2), the same number of timers.
         self.cancels += 1;
         self.settled = self.settled.wrapping_add(1);
@@ -684,9 +678,7 @@ impl<T> Wheel<T> {
     /// ```
     #[inline]
     pub fn poll(&mut self, now: Tick) -> Option<(TimerKey, T)> {
-        if self.inbox_len != 0 {
-            self.flush_inbox();
-        }
+        self.flush_inbox_if_any();
         if self.cascade_level != 0 {
             self.finish_cascade();
         }
@@ -777,9 +769,7 @@ impl<T> Wheel<T> {
     pub fn poll_budgeted(&mut self, now: Tick, budget: usize) -> Step<T> {
         let mut budget = budget;
         let mut worked = false;
-        if self.inbox_len != 0 {
-            self.flush_inbox();
-        }
+        self.flush_inbox_if_any();
         if let Some((level, slot)) = self.cascading() {
             worked = true;
             if !self.cascade_step(level, slot, &mut budget) {
@@ -1113,6 +1103,23 @@ impl<T> Wheel<T> {
         }
     }
 
+    /// Files the inbox if an insert or a reset has just filled it.
+    #[inline(always)]
+    fn flush_inbox_if_full(&mut self) {
+        if self.inbox_len == INBOX_LEN {
+            self.flush_inbox();
+        }
+    }
+
+    /// Files whatever the inbox holds: every path that reads a slot (or the horizon) calls
+    /// this first.
+    #[inline(always)]
+    fn flush_inbox_if_any(&mut self) {
+        if self.inbox_len != 0 {
+            self.flush_inbox();
+        }
+    }
+
     /// Files every live timer of the inbox into its slot, in the order they came, at the
     /// current clock (as a cascade moves a slot: 16 entries are read before any is filed,
     /// so their cache misses overlap; garbage is dropped without a look), then keeps the
@@ -1235,9 +1242,7 @@ impl<T> Wheel<T> {
             self.next = Tick::MAX;
             return;
         }
-        if self.inbox_len != 0 {
-            self.flush_inbox();
-        }
+        self.flush_inbox_if_any();
         // The earliest timer may be in either part of a paused cascade: finish it.
         self.finish_cascade();
         loop {
@@ -1410,9 +1415,7 @@ impl<T> Wheel<T> {
     /// assert_eq!(wheel.poll(256).map(|(_, v)| v), Some(0));
     /// ```
     pub fn prepare(&mut self, budget: usize) -> bool {
-        if self.inbox_len != 0 {
-            self.flush_inbox();
-        }
+        self.flush_inbox_if_any();
         if self.cascade_level != 0 {
             return false;
         }
@@ -1863,9 +1866,7 @@ impl<T> Wheel<T> {
     /// `MAX_CHUNKS`.
     #[cold]
     fn compact_all(&mut self) {
-        if self.inbox_len != 0 {
-            self.flush_inbox();
-        }
+        self.flush_inbox_if_any();
         for level in 0..TABLES {
             for slot in 0..SLOTS {
                 if self.levels[level].occupied.get(slot) {
