@@ -147,7 +147,10 @@
 //!   still in cache), and one `u32` appended to the wheel's *inbox*, a 512-item array that
 //!   stays in L1; the entry's position names its inbox item. The inbox is filed into the
 //!   slots in one pass when it is full, and before anything reads a slot (`poll`,
-//!   `poll_budgeted`, `prepare`, the next deadline's lookup, a full compaction). The pass
+//!   `poll_budgeted`, `prepare`, the next deadline's lookup, a full compaction); a `poll`
+//!   leaves it queued while none of its timers is due and it holds fewer than 64 (ADR 0043:
+//!   filing later is inserting later, and a wheel polled every tick then files 64 at a time
+//!   instead of one). The pass
 //!   reads 16 entries before it files any, so their misses overlap, and drops the items
 //!   whose timer was cancelled meanwhile without filing them. Filing one item is one `u32`
 //!   appended to its slot's tail chunk (hot: recently filed), plus the slot's chain fields,

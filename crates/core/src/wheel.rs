@@ -65,6 +65,10 @@ const INBOX_LEN: u32 = 512;
 /// The address of inbox item 0 (item `i` is at `INBOX | i`): above every pool address
 /// (`pool::MAX_CHUNKS`).
 const INBOX: u32 = u32::MAX - (INBOX_LEN - 1);
+/// A poll files the inbox when it holds this many timers, even if none of them is due:
+/// enough for the filing's fixed cost to be shared, few enough that the entries it re-reads
+/// are still in cache (ADR 0043).
+const INBOX_POLL_FLUSH: u32 = 64;
 const _: () = assert!(INBOX_LEN.is_power_of_two() && INBOX.is_multiple_of(INBOX_LEN));
 const _: () = assert!(MAX_CHUNKS as u64 * WORDS as u64 <= INBOX as u64);
 
@@ -165,7 +169,8 @@ pub struct Wheel<T> {
     /// Timers inserted or reset since the slots were last looked at, in order (slab
     /// indices; item `i`'s address is `INBOX | i`): filed into their slots in one pass
     /// ([`flush_inbox`](Self::flush_inbox)) when `INBOX_LEN` have come, and before anything
-    /// reads a slot or the horizon (ADR 0039).
+    /// reads a slot or the horizon (ADR 0039), except a poll while none of them is due and
+    /// fewer than `INBOX_POLL_FLUSH` wait (see [`poll`](Self::poll)).
     inbox: Box<[u32; INBOX_LEN as usize]>,
     /// Items in `inbox`.
     inbox_len: u32,
@@ -333,7 +338,7 @@ impl<T> Wheel<T> {
 
     /// Adds a timer that fires at `deadline` and returns its key. O(1) amortised: the timer
     /// is queued in a 512-item inbox, and the insert that fills it files all 512 into their
-    /// slots (as does the next poll, whatever is queued).
+    /// slots (as does the next poll that may find one of them due, or finds 64 queued).
     ///
     /// A `deadline` at or before [`now`](Self::now) fires at the next [`poll`](Self::poll);
     /// its effective deadline is `now()`. Every `u64` is a valid deadline.
@@ -678,11 +683,18 @@ impl<T> Wheel<T> {
     /// ```
     #[inline]
     pub fn poll(&mut self, now: Tick) -> Option<(TimerKey, T)> {
-        self.flush_inbox_if_any();
         if self.cascade_level != 0 {
+            self.flush_inbox_if_any();
             self.finish_cascade();
         }
         let now = now.max(self.elapsed);
+        // The inbox waits while none of its timers is due (`next` is a lower bound of their
+        // deadlines) and it holds few: filing them at a later clock is what inserting them
+        // later would do (they are newer than every filed timer, so ties keep their order),
+        // and the slots this poll reaches (cascades, garbage) are the same either way.
+        if now >= self.next || self.inbox_len >= INBOX_POLL_FLUSH {
+            self.flush_inbox_if_any();
+        }
         if now < self.horizon {
             self.elapsed = now;
             return None;
@@ -1112,7 +1124,7 @@ impl<T> Wheel<T> {
     }
 
     /// Files whatever the inbox holds: every path that reads a slot (or the horizon) calls
-    /// this first.
+    /// this first, but a poll while none of the inbox's timers is due (see `poll`).
     #[inline(always)]
     fn flush_inbox_if_any(&mut self) {
         if self.inbox_len != 0 {

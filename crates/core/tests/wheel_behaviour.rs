@@ -73,6 +73,39 @@ fn equal_deadlines_keep_insertion_order_across_levels() {
 }
 
 #[test]
+fn timers_a_poll_leaves_queued_fire_on_time_and_in_order() {
+    // A poll leaves the insert inbox unfiled while none of its timers is due (and it holds
+    // fewer than 64): here while the clock passes two cascades of the slot they belong to.
+    let mut wheel = Wheel::new();
+    wheel.insert(70_000, "first");
+    for _ in 0..63 {
+        wheel.insert(900_000, "filler");
+    }
+    assert_eq!(drain_at(&mut wheel, 1), []); // 64 queued: filed, "first" on level 2
+    wheel.insert(70_000, "second"); // queued from here on
+    assert_eq!(drain_at(&mut wheel, 65_536), []); // "first" cascades to level 1
+    assert_eq!(drain_at(&mut wheel, 69_888), []); // and to level 0
+    wheel.insert(70_000, "third");
+    wheel.insert(69_950, "near");
+    assert_eq!(wheel.next_deadline(), Some(69_950));
+    assert_eq!(drain_at(&mut wheel, 69_949), []);
+    assert_eq!(drain_at(&mut wheel, 69_950), [(69_950, "near")]);
+    wheel.insert(70_000, "fourth");
+    assert_eq!(drain_at(&mut wheel, 69_999), []);
+    assert_eq!(
+        drain_at(&mut wheel, 70_000),
+        [
+            (70_000, "first"),
+            (70_000, "second"),
+            (70_000, "third"),
+            (70_000, "fourth")
+        ]
+    );
+    assert_eq!(wheel.len(), 63);
+    assert_eq!(wheel.next_deadline(), Some(900_000));
+}
+
+#[test]
 fn past_deadlines_fire_at_the_next_poll_in_insertion_order() {
     let mut wheel = Wheel::starting_at(500);
     wheel.insert(499, "x");
