@@ -158,6 +158,9 @@
 //!   and a new tail chunk (1 filing in 15) take a cold path (ADR 0015). `next` is lowered at
 //!   the insert itself, so the next deadline stays exact, and ties keep their order (every
 //!   inbox item is newer than every filed one). Why the filing left the insert: ADR 0042.
+//!   An insert that grows the slab (no vacant entry: a wheel being filled) files its timer
+//!   at once instead, after whatever is queued, since the entry a pass would re-read is the
+//!   one it has just written (ADR 0043).
 //! - **Cancel**: the timer's own entry, nothing else: not its slot, not even its slot's
 //!   counters (the wheel counts garbage as a whole), in two stores (the vacant entry's
 //!   generation and free-list link are one `u64`) and one counter (the number of timers and

@@ -338,7 +338,9 @@ impl<T> Wheel<T> {
 
     /// Adds a timer that fires at `deadline` and returns its key. O(1) amortised: the timer
     /// is queued in a 512-item inbox, and the insert that fills it files all 512 into their
-    /// slots (as does the next poll that may find one of them due, or finds 64 queued).
+    /// slots (as does the next poll that may find one of them due, or finds 64 queued). An
+    /// insert that grows the wheel (no removed or fired timer's entry to reuse) files its
+    /// timer at once.
     ///
     /// A `deadline` at or before [`now`](Self::now) fires at the next [`poll`](Self::poll);
     /// its effective deadline is `now()`. Every `u64` is a valid deadline.
@@ -406,17 +408,22 @@ impl<T> Wheel<T> {
         if self.live() >= MAX_TIMERS {
             return Err(InsertError(value));
         }
+        // The slab grows only while no entry is vacant, as when a wheel is first filled: the
+        // timer is filed at once, without the inbox's round trip (the entry it would re-read
+        // is the one written here). Whatever is queued is filed first: it is older, and ties
+        // keep their order.
+        self.flush_inbox_if_any();
         self.inserts = self.inserts.wrapping_add(1);
         let index = self.entries.len() as u32;
         let gen = self.fresh_gen;
-        let pos = self.queue(index, deadline);
+        // Filed before the entry exists: a compaction the filing starts sees no item of it.
+        let pos = self.file(index, deadline);
         self.entries.push(Entry::Occupied(Timer {
             deadline,
             value,
             gen,
             pos,
         }));
-        self.flush_inbox_if_full();
         Ok(TimerKey { index, gen })
     }
 
@@ -1264,7 +1271,11 @@ impl<T> Wheel<T> {
             if level == 0 || level == STAGE {
                 if self.first_live(level, slot) {
                     self.next = if level == 0 {
-                        slot_start(self.elapsed, 0, slot)
+                        // The earliest occupied slot is this one: its start is the horizon,
+                        // so a poll before it returns at once (as after every fired tick).
+                        let start = slot_start(self.elapsed, 0, slot);
+                        self.horizon = start;
+                        start
                     } else {
                         self.pre_window + slot as Tick
                     };
