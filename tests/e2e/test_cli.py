@@ -497,7 +497,9 @@ def test_top_under_tmux(server, tmp_path):
         while time.monotonic() < deadline:
             screen = tmux("-S", socket_path, "capture-pane", "-p", "-t", session).stdout.decode()
             row = next((l for l in screen.splitlines() if tube in l), None)
-            if row and "rates/s" in screen:
+            # Every part asserted below: a capture can land while a frame is half drawn
+            # (CI once saw the tube's row and the rates without the header and the key line).
+            if row and all(part in screen for part in ("rates/s", "TUBE", "q: quit")):
                 break
             time.sleep(0.1)
         assert row is not None, f"tube {tube} not on screen:\n{screen}"
