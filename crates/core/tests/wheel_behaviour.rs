@@ -77,6 +77,12 @@ fn timers_a_poll_leaves_queued_fire_on_time_and_in_order() {
     // A poll leaves the insert inbox unfiled while none of its timers is due (and it holds
     // fewer than 64): here while the clock passes two cascades of the slot they belong to.
     let mut wheel = Wheel::new();
+    // Vacant entries first: an insert that grows the slab files its timer at once, one that
+    // reuses an entry is queued.
+    let spare: Vec<_> = (0..80).map(|_| wheel.insert(900_000, "spare")).collect();
+    for key in spare {
+        wheel.remove(key);
+    }
     wheel.insert(70_000, "first");
     for _ in 0..63 {
         wheel.insert(900_000, "filler");
