@@ -19,8 +19,9 @@
 //! - The committer thread parks on `work` only after setting `State::idle` under the lock
 //!   and finding nothing pending there; a submitter wakes it iff it cleared `idle` under the
 //!   lock (the wake itself comes after the lock is released). Before parking the committer
-//!   spins briefly outside the lock (reading the atomic copy of `submitted`), then looks
-//!   again under the lock, so a batch submitted during the spin is never left waiting.
+//!   spins outside the lock (reading the atomic copy of `submitted`) for a budget learnt from
+//!   the gaps it saw ([`Spin`]), then looks again under the lock, so a batch submitted during
+//!   the spin is never left waiting.
 //! - A group is committed with [`Store::commit_deferred`], and [`Store::after_commit`] runs
 //!   once its waiters are woken: what the store does not need for durability (a
 //!   [`DiskStore`](crate::DiskStore) wakes its applier there) stays off the acknowledgement's
@@ -34,6 +35,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use tickwheel_queue::{Change, JobId, JobRecord};
 
@@ -394,11 +396,19 @@ impl<S: Store + ?Sized> Shared<S> {
     /// until shutdown with nothing pending.
     fn committer(&self) {
         let mut st = lock(&self.state);
-        // Spun since the last commit or wake-up: the next idle turn parks.
+        // When the committer ran out of work (since the last commit or wake-up), and whether
+        // it has spun since: the next idle turn parks.
+        let mut idle_since: Option<Instant> = None;
         let mut spun = false;
+        let mut spin = Spin::default();
         loop {
             let pending = st.submitted > st.durable && st.poison.is_none();
             if pending && !st.leading {
+                if let Some(since) = idle_since.take() {
+                    spin.learn(since.elapsed());
+                }
+                // `lead` takes every batch pending.
+                spin.group(st.submitted - st.durable);
                 st = self.lead(st);
                 spun = false;
             } else if !pending && st.shutdown {
@@ -410,7 +420,9 @@ impl<S: Store + ?Sized> Shared<S> {
                 // spin found `idle` false and woke nobody).
                 let seen = st.submitted;
                 drop(st);
-                self.spin_for_work(seen);
+                let start = Instant::now();
+                idle_since = Some(start);
+                self.spin_for_work(seen, start, spin.budget());
                 st = lock(&self.state);
                 spun = true;
             } else {
@@ -422,13 +434,13 @@ impl<S: Store + ?Sized> Shared<S> {
         }
     }
 
-    /// Spins (yielding the CPU each turn) for at most [`SPIN`] until a batch after `seen`
-    /// is submitted. A committer that parked at once would have to be woken by the next
-    /// submit: a futex wake and a scheduler round trip on the path of every reply to a client
-    /// that sends one request at a time; see `docs/decisions/0012-commit-path.md`.
-    fn spin_for_work(&self, seen: u64) {
-        let start = std::time::Instant::now();
-        while self.submitted.load(Ordering::Acquire) <= seen && start.elapsed() < SPIN {
+    /// Spins (yielding the CPU each turn) until a batch after `seen` is submitted or
+    /// `budget` has passed since `start`. A committer that parked at once would have to be
+    /// woken by the next submit: a futex wake and a scheduler round trip on the path of every
+    /// reply to a client that sends one request at a time; see
+    /// `docs/decisions/0012-commit-path.md` and `docs/decisions/0044-an-adaptive-commit-spin.md`.
+    fn spin_for_work(&self, seen: u64, start: Instant, budget: Duration) {
+        while self.submitted.load(Ordering::Acquire) <= seen && start.elapsed() < budget {
             std::thread::yield_now();
         }
     }
@@ -485,11 +497,66 @@ impl<S: Store + 'static> Drop for GroupCommit<S> {
     }
 }
 
-/// How long the committer thread looks for the next batch before it parks: about one
-/// loopback round trip of a client that sends its next request as soon as it has the reply
-/// (server_bench's one-connection client: ~35 µs against beanstalkd). Longer would only burn
-/// CPU the connections need on a small machine.
-const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+/// How long the committer thread looks for the next batch before it parks. After a group of
+/// one batch (a lone client, as far as the committer can tell): twice the last gap between
+/// running out of work and the next batch, within [`Spin::MIN`]..=[`Spin::MAX`], or `MIN`
+/// after a gap longer than `MAX` (an idle server, a client that sends now and then). After a
+/// larger group (a crowd): `MIN`.
+///
+/// A client with one request in flight sends its next put a loopback round trip plus the
+/// reply's wake-ups after its last commit (150–300 µs on the 2-core VM, where a parked thread
+/// on a halted vCPU takes tens of µs to wake): a committer that has parked by then must be
+/// woken by that submit, one more hand-off on every request's path. Spinning that long costs
+/// the CPU between a lone client's requests. In a crowd the gaps are spent better on the
+/// connections (the box is CPU-bound there): a longer spin measurably cost cycles/s at 50
+/// connections × 1 request; see `docs/decisions/0044-an-adaptive-commit-spin.md`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Spin {
+    /// Twice the last gap, within the bounds.
+    learnt: Duration,
+    /// Batches in the last group committed.
+    last_group: u64,
+}
+
+impl Default for Spin {
+    fn default() -> Spin {
+        Spin {
+            learnt: Spin::MIN,
+            last_group: 0,
+        }
+    }
+}
+
+impl Spin {
+    /// About one loopback round trip of a client that sends its next request as soon as it
+    /// has the reply, with every thread on a running CPU (server_bench's one-connection
+    /// client: ~35 µs against beanstalkd).
+    const MIN: Duration = Duration::from_micros(50);
+    /// Longer gaps are not a synchronous client's turn-around: parking is cheaper.
+    const MAX: Duration = Duration::from_micros(1000);
+
+    fn budget(&self) -> Duration {
+        if self.last_group == 1 {
+            self.learnt
+        } else {
+            Spin::MIN
+        }
+    }
+
+    /// Records that the committer is about to commit a group of `batches` batches.
+    fn group(&mut self, batches: u64) {
+        self.last_group = batches;
+    }
+
+    /// Records that the next batch came `gap` after the committer ran out of work.
+    fn learn(&mut self, gap: Duration) {
+        self.learnt = if gap > Spin::MAX {
+            Spin::MIN
+        } else {
+            (gap * 2).clamp(Spin::MIN, Spin::MAX)
+        };
+    }
+}
 
 /// Estimated bytes a batch adds to the journal: a put's body and tube name plus a fixed
 /// allowance per change for keys, index entries and framing. An update rewrites the job's
@@ -620,5 +687,56 @@ impl<S: Store + 'static> Store for GroupCommit<S> {
         limit: usize,
     ) -> Result<Vec<JobRecord>, StoreError> {
         self.shared.store.delayed_between(from_ms, to_ms, limit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn us(n: u64) -> Duration {
+        Duration::from_micros(n)
+    }
+
+    #[test]
+    fn the_spin_budget_is_twice_the_last_gap_within_its_bounds() {
+        let mut spin = Spin::default();
+        assert_eq!(spin.budget(), Spin::MIN);
+        spin.group(1);
+        // A lone synchronous client: its next batch came 180 µs after the commit.
+        spin.learn(us(180));
+        assert_eq!(spin.budget(), us(360));
+        // Shorter gaps never spin less than the minimum.
+        spin.learn(us(10));
+        assert_eq!(spin.budget(), Spin::MIN);
+        // Gaps near the maximum are capped at it.
+        spin.learn(us(700));
+        assert_eq!(spin.budget(), Spin::MAX);
+        spin.learn(Spin::MAX);
+        assert_eq!(spin.budget(), Spin::MAX);
+        // A gap longer than the maximum is not a client's turn-around: back to the minimum.
+        spin.learn(Spin::MAX + us(1));
+        assert_eq!(spin.budget(), Spin::MIN);
+        spin.learn(Duration::from_secs(30));
+        assert_eq!(spin.budget(), Spin::MIN);
+    }
+
+    #[test]
+    fn after_a_group_of_several_batches_the_spin_is_the_minimum() {
+        let mut spin = Spin::default();
+        spin.group(1);
+        spin.learn(us(200));
+        assert_eq!(spin.budget(), us(400));
+        // A crowd: the gaps belong to the connections.
+        spin.group(12);
+        assert_eq!(spin.budget(), Spin::MIN);
+        spin.learn(us(300));
+        assert_eq!(spin.budget(), Spin::MIN);
+        // A lone client again: the gap learnt meanwhile applies.
+        spin.group(1);
+        assert_eq!(spin.budget(), us(600));
+        // An empty count (nothing committed yet) is not a lone client either.
+        spin.group(0);
+        assert_eq!(spin.budget(), Spin::MIN);
     }
 }
