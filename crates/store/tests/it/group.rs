@@ -236,20 +236,25 @@ fn a_ticket_future_is_woken_by_the_committer() {
     assert!(store.get(1).unwrap().is_some());
 }
 
-/// The committer thread spins briefly after each commit and then parks: a submit that lands
-/// while it spins, just after it gave up spinning, or while it parks must each be committed
-/// (a lost wake-up would leave `wait` blocked forever and the test would never finish). One
-/// client at a time, with pauses spread around the spin time, walks those windows; every
+/// The committer thread spins after each commit and then parks: a submit that lands while
+/// it spins, just after it gave up spinning, or while it parks must each be committed (a lost
+/// wake-up would leave `wait` blocked forever and the test would never finish). One client at
+/// a time, with pauses scattered over the spin's whole range (50 µs, or after a one-batch
+/// group up to 1 ms learnt from the last gap, ADR 0044), walks those windows: a pause longer
+/// than twice the one before lands after the spin, a shorter one inside it. Every
 /// acknowledged batch is then checked in the store.
 #[test]
 fn a_submit_around_the_committer_parking_is_never_lost() {
     let store = GroupCommit::with_thread(MemStore::new()).unwrap();
-    let mut pause_ns = 0u64;
+    // xorshift64: 0 to 1.3 ms, each pause unrelated to the one before (about half land
+    // after the spin the previous gap set, half inside it).
+    let mut x = 0x2545_f491_4f6c_dd1d_u64;
     for id in 0..2_000u64 {
         store.commit(&[Change::Put(ready(id, "t"))]).unwrap();
-        // 0 to ~120 µs in uneven steps: before, across and after the 50 µs spin.
-        pause_ns = (pause_ns + 7_919) % 120_000;
-        std::thread::sleep(std::time::Duration::from_nanos(pause_ns));
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        std::thread::sleep(std::time::Duration::from_nanos(x % 1_300_000));
     }
     for id in 0..2_000u64 {
         assert!(
