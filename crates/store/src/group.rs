@@ -421,7 +421,9 @@ impl<S: Store + ?Sized> Shared<S> {
                 let seen = st.submitted;
                 drop(st);
                 let start = Instant::now();
-                idle_since = Some(start);
+                // Kept from the first idle turn: a wake-up that finds nothing pending must
+                // not shorten the gap learnt.
+                idle_since.get_or_insert(start);
                 self.spin_for_work(seen, start, spin.budget());
                 st = lock(&self.state);
                 spun = true;
