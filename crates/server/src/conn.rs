@@ -48,6 +48,11 @@ pub(crate) async fn serve<R, W>(
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    // The connection's own node under the server's token: every read and `reserve` wait
+    // polls `cancelled()`, which locks its token's node and registers with its `Notify`; on
+    // the one token all connections share, that was a lock every request on every thread
+    // took (ADR 0045). Cancelling the server's token cancels this one.
+    let shutdown = shutdown.child_token();
     let mut replies = Replies {
         held: Vec::new(),
         out: BytesMut::with_capacity(256),

@@ -81,6 +81,13 @@ impl Client {
         String::from_utf8(line).unwrap()
     }
 
+    /// Waits for the server to close the connection, with nothing more to read.
+    pub(crate) async fn closed(&mut self) {
+        let mut rest = Vec::new();
+        self.stream.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty(), "bytes before the close: {rest:?}");
+    }
+
     /// Sends `command` + CRLF and returns the reply line.
     pub(crate) async fn cmd(&mut self, command: &str) -> String {
         self.send(format!("{command}\r\n").as_bytes()).await;
