@@ -419,52 +419,39 @@ async fn the_default_config_keeps_jobs_in_memory_only() {
 /// of the server's token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopping_the_server_ends_idle_and_reserving_connections() {
-    let server = Server::open(&Config::default()).unwrap();
-    let listener = Listener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(server.run(listener, stop.clone()));
-    let mut idle = Client::connect(addr).await;
+    let server = Running::open(&Config::default()).await;
+    let mut idle = server.client().await;
     assert_eq!(idle.cmd("use t").await, "USING t");
-    let mut reserving = Client::connect(addr).await;
+    let mut reserving = server.client().await;
     reserving.send_line("reserve").await;
-    let mut pipelined = Client::connect(addr).await;
+    let mut pipelined = server.client().await;
     pipelined.send_line("reserve-with-timeout 100").await;
     pipelined.send_line("stats-tube default").await;
     // Both reserves are waiting once the server counts them.
-    let mut probe = Client::connect(addr).await;
+    let mut probe = server.client().await;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let line = probe.cmd("stats").await;
-        let len = line
-            .strip_prefix("OK ")
-            .unwrap_or_else(|| panic!("stats: {line}"))
-            .parse()
-            .unwrap();
-        let stats = String::from_utf8(probe.body(len).await).unwrap();
-        if stats.contains("current-waiting: 2\n") {
+        let stats = probe.yaml("stats").await;
+        if stats.contains(&("current-waiting".to_string(), "2".to_string())) {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "the reserves never waited: {stats}"
+            "the reserves never waited: {stats:?}"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    stop.cancel();
     tokio::time::timeout(Duration::from_secs(60), async {
+        server.shutdown().await;
         assert_eq!(reserving.line().await, "TIMED_OUT");
         reserving.closed().await;
         assert_eq!(pipelined.line().await, "TIMED_OUT");
         // What the client sent before the stop is still answered.
-        let line = pipelined.line().await;
-        let len = line.strip_prefix("OK ").unwrap().parse().unwrap();
-        let stats = String::from_utf8(pipelined.body(len).await).unwrap();
-        assert!(stats.contains("name: default\n"), "{stats}");
+        let tube = pipelined.yaml_reply("stats-tube default").await;
+        assert_eq!(tube[0], ("name".to_string(), "default".to_string()));
         pipelined.closed().await;
         idle.closed().await;
         probe.closed().await;
-        task.await.unwrap();
     })
     .await
     .expect("the server did not stop");

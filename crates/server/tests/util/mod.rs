@@ -147,7 +147,13 @@ impl Client {
 
     /// An `OK <bytes>` YAML reply, as `key: value` pairs in order.
     pub(crate) async fn yaml(&mut self, command: &str) -> Vec<(String, String)> {
-        let line = self.cmd(command).await;
+        self.send_line(command).await;
+        self.yaml_reply(command).await
+    }
+
+    /// [`yaml`](Self::yaml) for a `command` sent already.
+    pub(crate) async fn yaml_reply(&mut self, command: &str) -> Vec<(String, String)> {
+        let line = self.line().await;
         let len = line
             .strip_prefix("OK ")
             .unwrap_or_else(|| panic!("{command}: {line}"))
