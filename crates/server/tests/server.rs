@@ -416,7 +416,8 @@ async fn the_default_config_keeps_jobs_in_memory_only() {
 /// Stopping the server ends every connection: one waiting for its next command, one blocked
 /// in `reserve` (answered `TIMED_OUT` first) and one blocked in `reserve` that has pipelined
 /// a command behind it (answered before the close). Each connection waits on its own child
-/// of the server's token.
+/// of the server's token (not observable here): this checks that stopping still reaches
+/// every kind of wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopping_the_server_ends_idle_and_reserving_connections() {
     let server = Running::open(&Config::default()).await;
